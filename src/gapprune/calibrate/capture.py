@@ -1,0 +1,124 @@
+"""One dense pass over the calibration set that caches every decoder layer's input.
+
+A forward pre-hook with kwargs on each layer records `(hidden_states, kwargs)` exactly as the model
+passes them (position embeddings, masks, cache positions, whatever a transformers release adds), so
+later stages can replay layers l...L without re-running layers 0...l-1. No Catcher that raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from gapprune.models.adapter import ModelAdapter
+
+_DROPPED_KWARGS = ("past_key_values", "past_key_value", "cache", "use_cache", "output_attentions")
+
+
+@dataclass
+class LayerInputs:
+    """Cached inputs of every decoder layer for a calibration set split into batches.
+
+    hidden[l][b]: (B, T, hidden) float32 on CPU, the input of layer l for batch b.
+    kwargs[l][b]: the keyword arguments layer l received for batch b (tensors on CPU).
+    final_hidden[b]: (B, T, hidden), the input of the final norm (the last layer's output).
+    """
+
+    hidden: list[list[torch.Tensor]]
+    kwargs: list[list[dict[str, Any]]]
+    final_hidden: list[torch.Tensor]
+    input_ids: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.hidden)
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.final_hidden)
+
+    def layer_output(self, layer: int, batch: int) -> torch.Tensor:
+        """The dense output of `layer` = the input of the next layer (or of the final norm)."""
+        return self.hidden[layer + 1][batch] if layer + 1 < self.n_layers else self.final_hidden[batch]
+
+
+def _to(value: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
+    """Move tensors (also inside tuples/lists/dicts) to a device; floats optionally to a dtype."""
+    if isinstance(value, torch.Tensor):
+        if dtype is not None and value.is_floating_point():
+            return value.to(device=device, dtype=dtype)
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to(v, device, dtype) for v in value)
+    if isinstance(value, list):
+        return [_to(v, device, dtype) for v in value]
+    if isinstance(value, dict):
+        return {k: _to(v, device, dtype) for k, v in value.items()}
+    return value
+
+
+def move_kwargs(kwargs: dict[str, Any], device: torch.device | str, dtype: torch.dtype | None = None) -> dict[str, Any]:
+    return {k: _to(v, device, dtype) for k, v in kwargs.items()}
+
+
+def batches(input_ids: torch.Tensor, batch_size: int) -> Iterator[torch.Tensor]:
+    for start in range(0, input_ids.shape[0], batch_size):
+        yield input_ids[start : start + batch_size]
+
+
+@torch.inference_mode()
+def capture_layer_inputs(
+    adapter: ModelAdapter,
+    input_ids: torch.Tensor,
+    *,
+    batch_size: int = 8,
+    extra_hooks: Callable[[], list[torch.utils.hooks.RemovableHandle]] | None = None,
+    progress: bool = True,
+) -> LayerInputs:
+    """Run the dense model once over `input_ids` (n, T) and cache every layer's inputs.
+
+    `extra_hooks` installs further hooks (statistics) for the same pass; they are removed after.
+    """
+    model = adapter.model
+    device = next(model.parameters()).device
+    n_layers = adapter.n_layers
+    hidden: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]
+    kwargs_cache: list[list[dict[str, Any]]] = [[] for _ in range(n_layers)]
+    final_hidden: list[torch.Tensor] = []
+
+    def layer_hook(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            states = args[0] if args else kwargs["hidden_states"]
+            hidden[index].append(states.detach().float().cpu())
+            kept = {k: v for k, v in kwargs.items() if k not in _DROPPED_KWARGS and k != "hidden_states"}
+            kwargs_cache[index].append(move_kwargs(kept, "cpu"))
+
+        return hook
+
+    def final_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+        final_hidden.append(args[0].detach().float().cpu())
+
+    handles = [layer.register_forward_pre_hook(layer_hook(i), with_kwargs=True) for i, layer in enumerate(adapter.layers)]
+    handles.append(adapter.final_norm().register_forward_pre_hook(final_hook))
+    if extra_hooks is not None:
+        handles.extend(extra_hooks())
+    chunks: list[torch.Tensor] = []
+    try:
+        for batch in tqdm(list(batches(input_ids, batch_size)), desc="capture", disable=not progress):
+            model.get_decoder()(input_ids=batch.to(device), use_cache=False)
+            chunks.append(batch.cpu())
+    finally:
+        for handle in handles:
+            handle.remove()
+    return LayerInputs(hidden=hidden, kwargs=kwargs_cache, final_hidden=final_hidden, input_ids=chunks)
+
+
+def run_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    """Call one decoder layer; transformers releases differ in returning a tensor or a tuple."""
+    out = layer(hidden, **kwargs)
+    return out[0] if isinstance(out, tuple) else out

@@ -1,0 +1,77 @@
+"""Streaming per-channel input statistics of Linear modules: E[x], E[x²], Var[x], and norms.
+
+Accumulated in float64 over every calibration token, never storing activations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from gapprune.models.adapter import ModelAdapter
+
+
+@dataclass
+class ChannelStats:
+    """Running sums for one Linear's input channels."""
+
+    sum: torch.Tensor  # (in_features,) float64
+    sum_sq: torch.Tensor  # (in_features,) float64
+    count: int = 0
+
+    @classmethod
+    def zeros(cls, n: int) -> ChannelStats:
+        return cls(torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64))
+
+    def update(self, x: torch.Tensor) -> None:
+        flat = x.detach().reshape(-1, x.shape[-1]).double().cpu()  # (tokens, in)
+        self.sum += flat.sum(0)
+        self.sum_sq += flat.square().sum(0)
+        self.count += flat.shape[0]
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.sum / max(self.count, 1)
+
+    @property
+    def mean_sq(self) -> torch.Tensor:
+        return self.sum_sq / max(self.count, 1)
+
+    @property
+    def var(self) -> torch.Tensor:
+        return (self.mean_sq - self.mean.square()).clamp_min(0)
+
+
+@dataclass
+class CalibrationStats:
+    """stats[layer][role] for the roles of `ModelAdapter.stat_points` (attn_in, attn_out, mlp_in, mlp_out)."""
+
+    stats: list[dict[str, ChannelStats]] = field(default_factory=list)
+
+    def get(self, layer: int, role: str) -> ChannelStats:
+        return self.stats[layer][role]
+
+
+def stats_hooks(adapter: ModelAdapter, into: CalibrationStats) -> Callable[[], list[torch.utils.hooks.RemovableHandle]]:
+    """A hook installer for `capture_layer_inputs(extra_hooks=...)` that fills `into`."""
+
+    def install() -> list[torch.utils.hooks.RemovableHandle]:
+        handles = []
+        into.stats = []
+        for layer in range(adapter.n_layers):
+            per_role: dict[str, ChannelStats] = {}
+            into.stats.append(per_role)
+            for role, linear in adapter.stat_points(layer).items():
+                per_role[role] = ChannelStats.zeros(linear.in_features)
+
+                def hook(module: nn.Module, args: tuple[Any, ...], acc: ChannelStats = per_role[role]) -> None:
+                    acc.update(args[0])
+
+                handles.append(linear.register_forward_pre_hook(hook))
+        return handles
+
+    return install

@@ -1,0 +1,165 @@
+"""Command line: `gapprune prune | ppl | info`. Parsing only; the work lives in the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from gapprune.config import PruneConfig, config_fields
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    for name, default, required, help_text in config_fields(cls):
+        if name in skip:
+            continue
+        flag = "--" + name.replace("_", "-")
+        kind = type(default) if default is not None else str
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, required=required, help=help_text)
+
+
+def _config_from(args: argparse.Namespace, cls: type) -> Any:
+    return cls(**{name: getattr(args, name) for name, *_ in config_fields(cls)})
+
+
+class PruneCommand:
+    """gapprune prune MODEL --ratio R --out DIR: profile, allocate, remove units, save the folder."""
+
+    name = "prune"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(PruneCommand.name, help="prune a model and save it as a Hugging Face folder")
+        p.add_argument("model", help="hub id, local folder, .gguf file or alias (smollm2-135m)")
+        p.add_argument("--out", required=True, help="output folder (written atomically)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+        p.add_argument("--eval", default="", help="comma-separated data sets to measure perplexity on, dense vs pruned")
+        p.add_argument("--eval-seq-len", type=int, default=128, help="window length for --eval")
+        p.add_argument("--eval-windows", type=int, default=None, help="evaluate only the first N windows")
+        p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+        _add_config_flags(p, PruneConfig)
+        p.set_defaults(run=PruneCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
+
+        config = _config_from(args, PruneConfig)
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        model, tokenizer = load(args.model, device=config.device)
+        datasets = [d for d in args.eval.split(",") if d]
+        kwargs = dict(seq_len=args.eval_seq_len, max_windows=args.eval_windows, data_dir=config.data_dir)
+        evaluation = [
+            {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+        ]
+        plan, profile = prune(model, tokenizer, config)
+        evaluation += [
+            {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+        ]
+        out = write_pruned_folder(
+            args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots, overwrite=args.overwrite
+        )
+        s = plan.summary
+        print(
+            f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
+            f"({100 * s['achieved_ratio']:.2f}% of the model, {100 * s['decoder_ratio']:.2f}% of the decoder layers)"
+        )
+        for row in evaluation:
+            print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
+        print(f"saved to {out} (report: {out / 'report.md'})")
+        return 0
+
+
+class PplCommand:
+    """gapprune ppl MODEL --dataset wikitext2 --seq-len 2048: perplexity, printed and written as JSON."""
+
+    name = "ppl"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
+        p.add_argument("model")
+        p.add_argument("--dataset", default="wikitext2", help="wikitext2, ptb, or a .txt/.jsonl file")
+        p.add_argument("--split", default="test")
+        p.add_argument("--seq-len", type=int, default=2048)
+        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--batch-size", type=int, default=None)
+        p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--json", default=None, help="write the result to this JSON file")
+        p.set_defaults(run=PplCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import evaluate_ppl, load
+
+        model, tokenizer = load(args.model, device=args.device)
+        result = evaluate_ppl(
+            model, tokenizer, args.dataset, split=args.split, seq_len=args.seq_len,
+            max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
+        )
+        record = {"model": args.model, **result.to_record()}
+        print(json.dumps(record))
+        if args.json:
+            Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        return 0
+
+
+class InfoCommand:
+    """gapprune info MODEL: architecture, per-layer shapes and parameter counts."""
+
+    name = "info"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(InfoCommand.name, help="show a model's architecture, per-layer shapes and parameters")
+        p.add_argument("model")
+        p.set_defaults(run=InfoCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.models import get_adapter
+
+        model, _ = load(args.model)
+        adapter = get_adapter(model)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"{model.config.architectures[0]}: {adapter.n_layers} layers, hidden {adapter.hidden}, {total:,} parameters")
+        for i, shape in enumerate(adapter.shapes()):
+            print(f"  layer {i:3d}: heads {shape.n_heads:3d}  kv {shape.n_kv_heads:3d}  mlp {shape.intermediate:6d}")
+        return 0
+
+
+COMMANDS = (PruneCommand, PplCommand, InfoCommand)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gapprune", description="Structured LLM pruning with global adaptive rates")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return int(args.run(args))
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError, ImportError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"gapprune {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

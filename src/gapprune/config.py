@@ -1,0 +1,53 @@
+"""Frozen configuration dataclasses; the CLI builds its flags from their fields and help text."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Everything that decides a pruning run; stored resolved in plan.json for reproduction."""
+
+    ratio: float = field(metadata={"help": "fraction of ALL model parameters to remove (embeddings included), in (0, 1)"})
+    allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
+    criterion: str = field(default="activation", metadata={"help": "which units go: magnitude|activation|fluctuation|taylor"})
+    metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
+    calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, or 'self'"})
+    calib_split: str = field(default="validation", metadata={"help": "split of a named calibration set"})
+    calib_samples: int = field(default=32, metadata={"help": "calibration windows for statistics and importance"})
+    profile_samples: int = field(default=8, metadata={"help": "windows (a prefix of the calibration set) used for the loss table"})
+    seq_len: int = field(default=128, metadata={"help": "tokens per calibration window"})
+    batch_size: int = field(default=8, metadata={"help": "windows per forward pass"})
+    channel_step: int = field(default=0, metadata={"help": "MLP channels per option step; 0 = intermediate/32 rounded to 8"})
+    mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
+    refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
+    seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
+    data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
+    loss_table: str | None = field(default=None, metadata={"help": "reuse a saved loss_table.json instead of profiling"})
+    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio < 1:
+            raise ValueError(f"--ratio must lie strictly between 0 and 1 (a fraction of parameters), got {self.ratio}")
+        for name in ("calib_samples", "profile_samples", "seq_len", "batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.profile_samples > self.calib_samples:
+            raise ValueError("--profile-samples cannot exceed --calib-samples (profiling uses a prefix of them)")
+        if self.refine < 0:
+            raise ValueError("--refine must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def config_fields(cls: type) -> list[tuple[str, Any, bool, str]]:
+    """(name, default, required, help) for every field of a config dataclass."""
+    out = []
+    for f in fields(cls):
+        required = f.default is MISSING and f.default_factory is MISSING
+        default = None if required else (f.default if f.default is not MISSING else f.default_factory())
+        out.append((f.name, default, required, f.metadata.get("help", "")))
+    return out

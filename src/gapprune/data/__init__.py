@@ -1,0 +1,16 @@
+"""Text sources and token windows. To add a named data set, add an entry to `TEXT_SETS`."""
+
+from gapprune.data.selfgen import self_generated_windows
+from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file
+from gapprune.data.text import consecutive_windows, sample_windows, tokenize_text
+
+__all__ = [
+    "DATA_ENV",
+    "TEXT_SETS",
+    "consecutive_windows",
+    "load_text",
+    "read_text_file",
+    "sample_windows",
+    "self_generated_windows",
+    "tokenize_text",
+]

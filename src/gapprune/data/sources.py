@@ -1,0 +1,123 @@
+"""Resolve a data-set name to text: the data folder first, then the Hugging Face hub.
+
+The data folder comes from `--data-dir` or `$GAPPRUNE_DATA`; its layout is
+
+    wikitext-2-raw/{test,validation}.jsonl   rows {"text": ...}
+    ptb/{test,validation}.jsonl              rows {"sentence": ...}
+
+Any `.txt` or `.jsonl` path can be given instead of a name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_ENV = "GAPPRUNE_DATA"
+
+
+@dataclass(frozen=True)
+class NamedTextSet:
+    """Where a named text corpus lives locally and on the hub, and how its rows join."""
+
+    local: dict[str, str]  # split -> path relative to the data folder
+    field: str
+    hub: tuple[str, str | None]  # (path, config name) for datasets.load_dataset
+    joiner: str = "\n\n"
+
+
+TEXT_SETS: dict[str, NamedTextSet] = {
+    "wikitext2": NamedTextSet(
+        local={"test": "wikitext-2-raw/test.jsonl", "validation": "wikitext-2-raw/validation.jsonl"},
+        field="text",
+        hub=("wikitext", "wikitext-2-raw-v1"),
+    ),
+    "ptb": NamedTextSet(
+        local={"test": "ptb/test.jsonl", "validation": "ptb/validation.jsonl"},
+        field="sentence",
+        hub=("ptb_text_only", "penn_treebank"),
+    ),
+}
+
+
+def data_dir(explicit: str | Path | None = None) -> Path | None:
+    """The data folder: the explicit argument, else `$GAPPRUNE_DATA`, else None."""
+    value = explicit or os.environ.get(DATA_ENV)
+    return Path(value) if value else None
+
+
+def _read_jsonl_rows(path: Path, field: str | None) -> list[str]:
+    rows: list[str] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number} is not valid JSON: {err}") from None
+            if isinstance(record, str):
+                rows.append(record)
+                continue
+            key = field if field in record else next((k for k, v in record.items() if isinstance(v, str)), None)
+            if key is None:
+                raise ValueError(f"{path}:{number} has no text field (looked for {field!r})")
+            rows.append(record[key])
+    return rows
+
+
+def read_text_file(path: str | Path, field: str = "text", joiner: str = "\n\n") -> str:
+    """Text of a `.txt` file, or the rows of a `.jsonl` file joined by `joiner`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"text file {path} does not exist")
+    if path.suffix == ".jsonl":
+        text = joiner.join(_read_jsonl_rows(path, field))
+    elif path.suffix in (".txt", ".raw", ""):
+        text = path.read_text(encoding="utf-8")
+    else:
+        raise ValueError(f"{path}: expected a .txt or .jsonl file")
+    if not text.strip():
+        raise ValueError(f"{path} holds no text")
+    return text
+
+
+def load_text(name_or_path: str, split: str = "test", data_directory: str | Path | None = None) -> str:
+    """The whole text of a named data set's split, or of a text file.
+
+    Raises FileNotFoundError naming every place looked at when nothing is found.
+    """
+    if name_or_path not in TEXT_SETS:
+        if Path(name_or_path).suffix in (".txt", ".jsonl", ".raw"):
+            return read_text_file(name_or_path)
+        raise ValueError(
+            f"unknown data set {name_or_path!r}: use one of {', '.join(TEXT_SETS)} or a .txt/.jsonl file path"
+        )
+    spec = TEXT_SETS[name_or_path]
+    if split not in spec.local:
+        raise ValueError(f"data set {name_or_path!r} has splits {', '.join(spec.local)}, not {split!r}")
+    looked: list[str] = []
+    folder = data_dir(data_directory)
+    if folder is not None:
+        local = folder / spec.local[split]
+        if local.is_file():
+            return read_text_file(local, spec.field, spec.joiner)
+        looked.append(str(local))
+    else:
+        looked.append(f"no data folder (set --data-dir or ${DATA_ENV})")
+    try:
+        return _load_from_hub(spec, split)
+    except Exception as err:  # offline, datasets missing, hub error: report all places
+        looked.append(f"Hugging Face hub {spec.hub[0]}/{spec.hub[1]} ({type(err).__name__}: {err})")
+    raise FileNotFoundError(
+        f"data set {name_or_path!r} split {split!r} not found; looked at: " + "; ".join(looked)
+    )
+
+
+def _load_from_hub(spec: NamedTextSet, split: str) -> str:
+    import datasets  # optional: only needed when reading from the hub
+
+    rows = datasets.load_dataset(spec.hub[0], spec.hub[1], split=split)[spec.field]
+    return spec.joiner.join(rows)

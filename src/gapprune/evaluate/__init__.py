@@ -1,0 +1,5 @@
+"""Evaluation and reporting: perplexity, report.md, plots."""
+
+from gapprune.evaluate.perplexity import PerplexityResult, perplexity
+
+__all__ = ["PerplexityResult", "perplexity"]

@@ -1,0 +1,84 @@
+"""Perplexity by the usual protocol: the whole split tokenised once, non-overlapping windows.
+
+Each window is scored independently (no context carried over), every token but the first of a
+window is predicted, and the mean negative log-likelihood over all predicted tokens is exponentiated.
+The LM head runs in chunks of positions so memory stays bounded for long windows and large vocabularies.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    dataset: str
+    split: str
+    seq_len: int
+    windows: int
+    tokens: int  # tokens of the whole split
+    predicted_tokens: int
+    nll: float
+    ppl: float
+    wall_s: float
+
+    def to_record(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def token_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """Summed next-token NLL of each sequence. input_ids (B, T) -> (B,) float64."""
+    hidden = model.get_decoder()(input_ids=input_ids).last_hidden_state  # (B, T, hidden)
+    head = model.get_output_embeddings()
+    total = torch.zeros(input_ids.shape[0], dtype=torch.float64, device=input_ids.device)
+    for start in range(0, input_ids.shape[1] - 1, chunk):
+        stop = min(start + chunk, input_ids.shape[1] - 1)
+        logits = head(hidden[:, start:stop]).float()  # (B, c, V)
+        targets = input_ids[:, start + 1 : stop + 1]  # (B, c)
+        nll = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, c)
+        total += nll.double().sum(dim=1)
+    return total
+
+
+@torch.inference_mode()
+def perplexity(
+    model: nn.Module,
+    windows: torch.Tensor,
+    *,
+    batch_size: int = 8,
+    dataset: str = "",
+    split: str = "",
+    text_tokens: int | None = None,
+    progress: bool = True,
+) -> PerplexityResult:
+    """Perplexity of `model` over `windows` (n, T)."""
+    device = next(model.parameters()).device
+    n, seq_len = windows.shape
+    start = time.perf_counter()
+    nll_sum = 0.0
+    bar = tqdm(total=n, desc=f"ppl {dataset or ''} T={seq_len}", unit="win", disable=not progress)
+    for i in range(0, n, batch_size):
+        batch = windows[i : i + batch_size].to(device)
+        nll_sum += float(token_nll(model, batch).sum())
+        bar.update(batch.shape[0])
+    bar.close()
+    predicted = n * (seq_len - 1)
+    nll = nll_sum / predicted
+    return PerplexityResult(
+        dataset=dataset,
+        split=split,
+        seq_len=seq_len,
+        windows=n,
+        tokens=text_tokens if text_tokens is not None else windows.numel(),
+        predicted_tokens=predicted,
+        nll=nll,
+        ppl=math.exp(nll),
+        wall_s=round(time.perf_counter() - start, 2),
+    )

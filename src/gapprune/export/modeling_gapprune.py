@@ -1,0 +1,138 @@
+"""Modeling code for gapprune's pruned Llama-family models; imports only torch and transformers.
+
+This file is copied next to the weights of every saved model and registered through `auto_map`,
+so `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` works where gapprune is
+not installed. It never copies Hugging Face modeling code: each class *subclasses* the family's
+`...ForCausalLM` and, after `super().__init__`, resizes every decoder layer to the per-layer shapes
+stored in `config.layer_shapes` (a list of dicts, one per layer):
+
+    {"num_attention_heads": int, "num_key_value_heads": int, "intermediate_size": int}
+
+A count of 0 means the sub-block was removed: the residual stream passes through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import (
+    LlamaForCausalLM,
+    MistralForCausalLM,
+    Qwen2ForCausalLM,
+    Qwen3ForCausalLM,
+)
+
+
+class RemovedAttention(nn.Module):
+    """Stands in for a removed attention sub-block: adds nothing to the residual stream.
+
+    It still writes a one-element-wide entry into the KV cache so that the cache reports the right
+    sequence length (transformers reads it from any layer, often layer 0).
+    """
+
+    def __init__(self, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if cache is not None:
+            batch, seq = hidden_states.shape[:2]
+            stub = hidden_states.new_zeros(batch, 1, seq, 1)  # (B, 1 head, T, 1): length bookkeeping only
+            cache.update(stub, stub, self.layer_idx)
+        return torch.zeros_like(hidden_states), None
+
+
+class RemovedMLP(nn.Module):
+    """Stands in for a removed MLP sub-block: adds nothing to the residual stream."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(hidden_states)
+
+
+def _resized_linear(linear: nn.Linear, in_features: int, out_features: int) -> nn.Linear:
+    resized = nn.Linear(in_features, out_features, bias=linear.bias is not None,
+                        device=linear.weight.device, dtype=linear.weight.dtype)
+    return resized
+
+
+def resize_decoder_layer_(layer: nn.Module, shape: dict[str, int], head_dim: int) -> None:
+    """Give one decoder layer the shapes in `shape` (weights uninitialised; loading fills them)."""
+    n_heads, n_kv, inter = shape["num_attention_heads"], shape["num_key_value_heads"], shape["intermediate_size"]
+    if n_heads == 0:
+        layer.self_attn = RemovedAttention(layer.self_attn.layer_idx)
+        layer.input_layernorm = nn.Identity()
+    else:
+        attn = layer.self_attn
+        hidden = attn.q_proj.in_features
+        attn.q_proj = _resized_linear(attn.q_proj, hidden, n_heads * head_dim)
+        attn.k_proj = _resized_linear(attn.k_proj, hidden, n_kv * head_dim)
+        attn.v_proj = _resized_linear(attn.v_proj, hidden, n_kv * head_dim)
+        attn.o_proj = _resized_linear(attn.o_proj, n_heads * head_dim, hidden)
+        attn.num_key_value_groups = n_heads // n_kv
+    if inter == 0:
+        layer.mlp = RemovedMLP()
+        layer.post_attention_layernorm = nn.Identity()
+    else:
+        mlp = layer.mlp
+        hidden = mlp.gate_proj.in_features
+        mlp.gate_proj = _resized_linear(mlp.gate_proj, hidden, inter)
+        mlp.up_proj = _resized_linear(mlp.up_proj, hidden, inter)
+        mlp.down_proj = _resized_linear(mlp.down_proj, inter, hidden)
+        if hasattr(mlp, "intermediate_size"):
+            mlp.intermediate_size = inter
+
+
+def resize_model_layers_(model: nn.Module) -> None:
+    """Resize every decoder layer of `model` to `model.config.layer_shapes` (no-op when absent)."""
+    config = model.config
+    shapes = getattr(config, "layer_shapes", None)
+    if not shapes:
+        return
+    layers = model.model.layers
+    if len(shapes) != len(layers):
+        raise ValueError(f"config.layer_shapes has {len(shapes)} entries but the model has {len(layers)} layers")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    for layer, shape in zip(layers, shapes):
+        resize_decoder_layer_(layer, shape, head_dim)
+
+
+class _LayerShapesMixin:
+    """After the family's own __init__, resize the layers to the recorded per-layer shapes."""
+
+    def _resize_after_init(self) -> None:
+        resize_model_layers_(self)  # type: ignore[arg-type]
+
+
+class GapprunedLlamaForCausalLM(LlamaForCausalLM, _LayerShapesMixin):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._resize_after_init()
+
+
+class GapprunedMistralForCausalLM(MistralForCausalLM, _LayerShapesMixin):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._resize_after_init()
+
+
+class GapprunedQwen2ForCausalLM(Qwen2ForCausalLM, _LayerShapesMixin):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._resize_after_init()
+
+
+class GapprunedQwen3ForCausalLM(Qwen3ForCausalLM, _LayerShapesMixin):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._resize_after_init()
+
+
+PRUNED_CLASS_FOR_ARCHITECTURE = {
+    "LlamaForCausalLM": GapprunedLlamaForCausalLM,
+    "MistralForCausalLM": GapprunedMistralForCausalLM,
+    "Qwen2ForCausalLM": GapprunedQwen2ForCausalLM,
+    "Qwen3ForCausalLM": GapprunedQwen3ForCausalLM,
+}

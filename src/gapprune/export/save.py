@@ -1,0 +1,66 @@
+"""Write a pruned model as a Hugging Face folder that loads anywhere.
+
+`config.json` keeps the family's config plus `layer_shapes` and an `auto_map` pointing at
+`modeling_gapprune.py` (copied beside the weights), so stock transformers loads it with
+`trust_remote_code=True` and gapprune loads it without. Everything is written into a temporary
+folder next to the target and renamed at the end: a crash never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.export import modeling_gapprune
+
+MODELING_FILE = "modeling_gapprune.py"
+
+
+def pruned_class_name(architecture: str) -> str:
+    base = architecture.removeprefix("Gappruned")
+    if base not in modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE:
+        supported = ", ".join(modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE)
+        raise ValueError(f"cannot export architecture {architecture!r}; supported: {supported}")
+    return modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE[base].__name__
+
+
+def save(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    out: str | Path,
+    *,
+    extras: Callable[[Path], None] | None = None,
+    overwrite: bool = False,
+    max_shard_size: str = "2GB",
+) -> Path:
+    """Save `model` (pruned or dense) and its tokenizer to `out`; `extras(tmp)` may add files."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; choose another --out or remove it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        config = model.config
+        if getattr(config, "layer_shapes", None):
+            arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+            name = pruned_class_name(arch)
+            config.architectures = [name]
+            config.auto_map = {"AutoModelForCausalLM": f"{MODELING_FILE[:-3]}.{name}"}
+            shutil.copyfile(modeling_gapprune.__file__, tmp / MODELING_FILE)
+        model.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if extras is not None:
+            extras(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,67 @@
+"""The criterion contract: `criterion(context, layer, component) -> scores`, one score per unit.
+
+Scores are per *query head* for attention (a KV group's score is the sum of the heads it keeps)
+and per intermediate channel for the MLP; higher means more important. Lower-scoring units go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from gapprune.calibrate.stats import CalibrationStats
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.registry import Registry
+
+
+@dataclass
+class ScoringContext:
+    """What a criterion may read: the model, input statistics, and (for taylor) weight gradients."""
+
+    adapter: ModelAdapter
+    stats: CalibrationStats | None = None
+    grads: dict[int, torch.Tensor] = field(default_factory=dict)  # id(weight) -> accumulated grad
+
+
+Criterion = Callable[[ScoringContext, int, str], torch.Tensor]
+CRITERIA: Registry[Criterion] = Registry("criterion")
+
+
+@dataclass
+class UnitScores:
+    """scores[layer][component]: (n_heads,) for attn, (intermediate,) for mlp, float64."""
+
+    criterion: str
+    scores: list[dict[str, torch.Tensor]]
+
+    def get(self, layer: int, component: str) -> torch.Tensor:
+        return self.scores[layer][component]
+
+
+def column_energy(weight: torch.Tensor) -> torch.Tensor:
+    """||W[:, j]||² for each input column j of a Linear weight (out, in). -> (in,)"""
+    return weight.detach().double().square().sum(0)
+
+
+def per_head(values: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Sum consecutive blocks of `head_dim` entries: (n_heads * head_dim,) -> (n_heads,)."""
+    return values.view(-1, head_dim).sum(1)
+
+
+def score_units(context: ScoringContext, criterion: str) -> UnitScores:
+    """Score every unit of every component with the named criterion."""
+    fn = CRITERIA.get(criterion)
+    adapter = context.adapter
+    scores = [{c: fn(context, layer, c).double().cpu() for c in COMPONENTS} for layer in range(adapter.n_layers)]
+    for layer, per in enumerate(scores):
+        shape = adapter.layer_shape(layer)
+        expected = {"attn": shape.n_heads, "mlp": shape.intermediate}
+        for component, values in per.items():
+            if values.shape != (expected[component],) or not torch.isfinite(values).all():
+                raise RuntimeError(f"criterion {criterion!r} gave bad scores for layer {layer} {component}")
+    return UnitScores(criterion=criterion, scores=scores)
+
+
+__all__ = ["COMPONENTS", "CRITERIA", "ScoringContext", "UnitScores", "column_energy", "per_head", "score_units"]

@@ -1,0 +1,35 @@
+"""Weight gradients of the calibration loss, for the taylor criterion."""
+
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from gapprune.calibrate.capture import batches
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+
+
+def accumulate_gradients(
+    adapter: ModelAdapter, input_ids: torch.Tensor, batch_size: int = 4, progress: bool = True
+) -> dict[int, torch.Tensor]:
+    """Σ over batches of ∂(mean next-token NLL)/∂W for every prunable Linear weight, keyed by id(weight)."""
+    model = adapter.model
+    device = next(model.parameters()).device
+    weights = [lin.weight for l in range(adapter.n_layers) for c in COMPONENTS for lin in adapter.component_weights(l, c)]
+    previous = {id(p): p.requires_grad for p in model.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for w in weights:
+        w.requires_grad_(True)
+        w.grad = None
+    try:
+        for batch in tqdm(list(batches(input_ids, batch_size)), desc="gradients", disable=not progress):
+            batch = batch.to(device)
+            loss = model(input_ids=batch, labels=batch, use_cache=False).loss
+            loss.backward()
+        return {id(w): w.grad.detach().clone() for w in weights}
+    finally:
+        for w in weights:
+            w.grad = None
+        for p in model.parameters():
+            p.requires_grad_(previous[id(p)])

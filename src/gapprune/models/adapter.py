@@ -1,0 +1,172 @@
+"""The contract between the pruning algorithm and one model family.
+
+The algorithm never names a Hugging Face module: it asks a `ModelAdapter` for decoder layers,
+output projections and unit counts, and tells it which units to keep. To add a family, subclass
+`ModelAdapter` in a module of this package, implement the abstract methods, and register the
+class for the `config.architectures[0]` names it handles with `@ADAPTERS.register_architecture`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+COMPONENTS = ("attn", "mlp")
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Unit counts of one decoder layer; 0 means the sub-block is removed."""
+
+    n_heads: int
+    n_kv_heads: int
+    intermediate: int
+
+    def to_config(self) -> dict[str, int]:
+        return {
+            "num_attention_heads": self.n_heads,
+            "num_key_value_heads": self.n_kv_heads,
+            "intermediate_size": self.intermediate,
+        }
+
+
+class ModelAdapter(ABC):
+    """Family-specific access to a decoder-only causal LM, for pruning."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.config = model.config
+
+    # -- structure -------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def layers(self) -> nn.ModuleList: ...
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def hidden(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def head_dim(self) -> int:
+        return int(getattr(self.config, "head_dim", None) or self.hidden // self.config.num_attention_heads)
+
+    @abstractmethod
+    def layer_shape(self, layer: int) -> LayerShape:
+        """Current unit counts of `layer`, read from its modules (not from the config)."""
+
+    @abstractmethod
+    def out_proj(self, layer: int, component: str) -> nn.Linear | None:
+        """The output projection of a component (o_proj / down_proj), None when removed."""
+
+    @abstractmethod
+    def stat_points(self, layer: int) -> dict[str, nn.Linear]:
+        """Linear modules whose inputs calibration statistics are taken on, by role name:
+        `attn_in` (q_proj), `attn_out` (o_proj), `mlp_in` (gate_proj), `mlp_out` (down_proj)."""
+
+    @abstractmethod
+    def component_weights(self, layer: int, component: str) -> list[nn.Linear]:
+        """All Linear modules of a component (for magnitude, Taylor and parameter counts)."""
+
+    @abstractmethod
+    def final_norm(self) -> nn.Module: ...
+
+    @abstractmethod
+    def lm_head(self) -> nn.Linear: ...
+
+    # -- surgery ---------------------------------------------------------------------------
+    @abstractmethod
+    def prune_attention_(self, layer: int, kept_heads: Sequence[int]) -> None:
+        """Keep only the query heads `kept_heads` (sorted ids of the layer's current heads).
+
+        Every kept KV group must keep the same number of query heads; KV groups with no kept
+        head go. An empty list removes the attention sub-block.
+        """
+
+    @abstractmethod
+    def prune_mlp_(self, layer: int, kept_channels: Sequence[int]) -> None:
+        """Keep only the intermediate channels `kept_channels`; empty removes the MLP."""
+
+    # -- derived ---------------------------------------------------------------------------
+    def shapes(self) -> list[LayerShape]:
+        return [self.layer_shape(i) for i in range(self.n_layers)]
+
+    def record_shapes_(self) -> None:
+        """Write every layer's shape to the config in one assignment (never per layer)."""
+        self.config.layer_shapes = [s.to_config() for s in self.shapes()]
+
+    @abstractmethod
+    def attn_option_params(self, layer: int, n_kv_heads: int, heads_per_group: int) -> int:
+        """Exact parameters the attention component of `layer` holds with g groups of q heads
+        (its norms included; 0 when g == 0, since the whole sub-block then goes)."""
+
+    @abstractmethod
+    def mlp_option_params(self, layer: int, intermediate: int) -> int:
+        """Exact parameters the MLP component holds with `intermediate` channels (norm included)."""
+
+    def component_params(self, layer: int, component: str) -> int:
+        """Exact parameters currently held by one component (its linears, biases, its norm)."""
+        return sum(p.numel() for p in self.component_module_params(layer, component))
+
+    @abstractmethod
+    def component_module_params(self, layer: int, component: str) -> list[nn.Parameter]: ...
+
+
+def slice_linear(linear: nn.Linear, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> nn.Linear:
+    """A new Linear holding `linear`'s weight rows (outputs) and columns (inputs) at sorted ids."""
+    weight = linear.weight.data  # (out, in)
+    bias = linear.bias.data if linear.bias is not None else None
+    if rows is not None:
+        weight = weight.index_select(0, rows)
+        bias = bias.index_select(0, rows) if bias is not None else None
+    if cols is not None:
+        weight = weight.index_select(1, cols)
+    out_features, in_features = weight.shape
+    new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    new.weight.data.copy_(weight)
+    if bias is not None:
+        new.bias.data.copy_(bias)
+    new.weight.requires_grad_(linear.weight.requires_grad)
+    return new
+
+
+class AdapterRegistry:
+    """Adapters keyed by `config.architectures[0]`; unknown names get a clear error."""
+
+    def __init__(self) -> None:
+        self._by_architecture: dict[str, type[ModelAdapter]] = {}
+
+    def register_architecture(self, *names: str) -> Callable[[type[ModelAdapter]], type[ModelAdapter]]:
+        def decorator(cls: type[ModelAdapter]) -> type[ModelAdapter]:
+            for name in names:
+                if name in self._by_architecture:
+                    raise ValueError(f"architecture {name!r} already has an adapter")
+                self._by_architecture[name] = cls
+            return cls
+
+        return decorator
+
+    def supported(self) -> list[str]:
+        return sorted(self._by_architecture)
+
+    def for_model(self, model: nn.Module) -> ModelAdapter:
+        archs = getattr(model.config, "architectures", None) or [type(model).__name__]
+        arch = archs[0]
+        base = arch.removeprefix("Gappruned")
+        cls = self._by_architecture.get(base)
+        if cls is None:
+            raise ValueError(
+                f"unsupported architecture {arch!r}: gapprune supports {', '.join(self.supported())}. "
+                "Add an adapter in gapprune/models/ to support another family."
+            )
+        return cls(model)
+
+
+ADAPTERS = AdapterRegistry()

@@ -1,0 +1,132 @@
+"""The pruning pipeline: calibrate -> score -> profile ΔL -> allocate -> plan -> surgery.
+
+Every stage hands a plain value to the next (token ids, LayerInputs, UnitScores, LossTable,
+Allocation, Plan), so each can be cached, resumed or tested alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.allocate import ALLOCATORS, Allocation, AllocationContext
+from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+from gapprune.config import PruneConfig
+from gapprune.data import load_text, sample_windows, self_generated_windows, tokenize_text
+from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
+from gapprune.models import COMPONENTS, ModelAdapter, get_adapter
+from gapprune.profiling import LossTable, build_loss_table
+from gapprune.prune import Plan, apply_plan_, default_channel_step, make_plan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Profile:
+    """Everything measured on the dense model; reusable for several ratios and allocators."""
+
+    adapter: ModelAdapter
+    inputs: LayerInputs
+    stats: CalibrationStats
+    scores: UnitScores
+    table: LossTable
+    total_params: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
+    log.info("%s took %.1f s", phase, timings[phase])
+
+
+def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
+    """Calibration windows (n, T): seeded samples of a data set or file, or text the model writes."""
+    if config.calib == "self":
+        return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
+    text = load_text(config.calib, config.calib_split, config.data_dir)
+    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed)
+
+
+def _prefix(inputs: LayerInputs, n_batches: int) -> LayerInputs:
+    return LayerInputs(
+        hidden=[h[:n_batches] for h in inputs.hidden],
+        kwargs=[k[:n_batches] for k in inputs.kwargs],
+        final_hidden=inputs.final_hidden[:n_batches],
+        input_ids=inputs.input_ids[:n_batches],
+    )
+
+
+def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> Profile:
+    """Calibrate, score units and build (or load) the loss table on the dense `model`."""
+    adapter = get_adapter(model)
+    timings: dict[str, float] = {}
+    total = sum(p.numel() for p in model.parameters())
+    with _timed(timings, "calibration_data"):
+        ids = calibration_ids(model, tokenizer, config)
+    stats = CalibrationStats()
+    with _timed(timings, "capture"):
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
+    with _timed(timings, "importance"):
+        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
+        scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
+    if config.loss_table:
+        table = LossTable.load(config.loss_table)
+        if table.n_layers != adapter.n_layers or table.criterion != config.criterion:
+            raise ValueError(f"{config.loss_table} was profiled for another model or criterion ({table.criterion})")
+    else:
+        step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
+        profile_batches = -(-config.profile_samples // config.batch_size)
+        with _timed(timings, "profiling"):
+            table = build_loss_table(
+                adapter, _prefix(inputs, profile_batches), scores, metric=config.metric, channel_step=step,
+                mlp_stride=config.mlp_stride,
+            )
+    return Profile(adapter, inputs, stats, scores, table, total, timings)
+
+
+def allocate(profile: Profile, ratio: float, allocator: str) -> Allocation:
+    """Choose one option per component so that `ratio` of all parameters go."""
+    if not 0 < ratio < 1:
+        raise ValueError(f"ratio must lie strictly between 0 and 1, got {ratio}")
+    budget = int(round(ratio * profile.total_params))
+    context = AllocationContext(profile.adapter, profile.table, profile.scores, profile.inputs, profile.stats)
+    return ALLOCATORS.get(allocator)(context, budget)
+
+
+def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[str, Any]) -> Plan:
+    table = profile.table
+    plan = make_plan(profile.adapter, profile.scores, allocation.options(table), allocation.losses(table), config)
+    decoder = sum(p.numel() for p in profile.adapter.layers.parameters())
+    removed = plan.params_removed
+    plan.summary = {
+        "allocator": allocation.allocator,
+        "params_before": profile.total_params,
+        "params_after": profile.total_params - removed,
+        "params_removed": removed,
+        "achieved_ratio": round(removed / profile.total_params, 6),
+        "decoder_params_before": decoder,
+        "decoder_ratio": round(removed / decoder, 6),
+        "predicted_loss": allocation.predicted_loss(table),
+        "allocation_info": allocation.info,
+    }
+    return plan
+
+
+def prune_model_(model: nn.Module, plan: Plan) -> None:
+    """Apply a plan to a dense model in place (physical removal)."""
+    apply_plan_(get_adapter(model), plan)
+
+
+def component_counts(plan: Plan) -> dict[str, list[int]]:
+    return {c: [len(lp.component(c).kept) for lp in plan.layers] for c in COMPONENTS}

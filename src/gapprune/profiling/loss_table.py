@@ -1,0 +1,204 @@
+"""The capability-loss table ΔL[layer, component, option] (DESIGN §3).
+
+ΔL is the change of a global metric when only one component of one layer is pruned to one option.
+Only layers l...L change, so each entry replays them from the cached inputs of layer l. A unit is
+"removed" by zeroing its columns of the output projection: that equals physical removal exactly
+(tested), and lets one copy of the model serve every option.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from gapprune.calibrate.capture import LayerInputs, run_layer
+from gapprune.importance.base import UnitScores
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.profiling.metrics import METRICS, DenseReference, head_log_probs, metric_positions
+from gapprune.prune.options import attention_options, mlp_options
+from gapprune.prune.plan import kept_units, option_params
+
+
+@dataclass
+class LossTable:
+    """ΔL and parameter cost of every option of every component.
+
+    options[c]: option descriptors shared by all layers ([g, q] or [channels]);
+    loss[c], removed[c]: (n_layers, n_options) arrays of ΔL and parameters removed.
+    """
+
+    metric: str
+    criterion: str
+    options: dict[str, list[list[int]]]
+    loss: dict[str, np.ndarray]
+    removed: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.loss["attn"].shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "criterion": self.criterion,
+            "options": self.options,
+            "loss": {c: v.tolist() for c, v in self.loss.items()},
+            "removed": {c: v.tolist() for c, v in self.removed.items()},
+            "meta": self.meta,
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> LossTable:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(
+                metric=data["metric"],
+                criterion=data["criterion"],
+                options={c: [list(o) for o in v] for c, v in data["options"].items()},
+                loss={c: np.asarray(v, dtype=np.float64) for c, v in data["loss"].items()},
+                removed={c: np.asarray(v, dtype=np.int64) for c, v in data["removed"].items()},
+                meta=data.get("meta", {}),
+            )
+        except (OSError, KeyError, ValueError) as err:
+            raise ValueError(f"{path} is not a readable loss table: {err}") from None
+
+
+def component_options(adapter: ModelAdapter, layer: int, channel_step: int) -> dict[str, list[list[int]]]:
+    shape = adapter.layer_shape(layer)
+    n_rep = shape.n_heads // shape.n_kv_heads
+    return {
+        "attn": [[g, q] for g, q in attention_options(shape.n_kv_heads, n_rep)],
+        "mlp": [[n] for n in mlp_options(shape.intermediate, channel_step)],
+    }
+
+
+def measured_options(n_options: int, stride: int) -> list[int]:
+    """Option indices that are replayed: 0, stride, 2·stride, ..., and always the last."""
+    if stride < 1:
+        raise ValueError(f"the profiling stride must be >= 1, got {stride}")
+    picked = list(range(0, n_options, stride))
+    return picked if picked[-1] == n_options - 1 else picked + [n_options - 1]
+
+
+@contextmanager
+def masked_units(adapter: ModelAdapter, layer: int, component: str, kept: list[int]) -> Iterator[None]:
+    """Temporarily zero the output-projection columns of every unit not in `kept`."""
+    out = adapter.out_proj(layer, component)
+    assert out is not None
+    unit = adapter.head_dim if component == "attn" else 1
+    n_units = out.in_features // unit
+    if len(kept) == n_units:
+        yield
+        return
+    mask = torch.zeros(n_units, dtype=out.weight.dtype, device=out.weight.device)
+    mask[kept] = 1
+    saved_w = out.weight.data.clone()
+    saved_b = out.bias.data.clone() if out.bias is not None else None
+    out.weight.data.mul_(mask.repeat_interleave(unit))
+    if saved_b is not None and not kept:
+        out.bias.data.zero_()
+    try:
+        yield
+    finally:
+        out.weight.data.copy_(saved_w)
+        if saved_b is not None:
+            out.bias.data.copy_(saved_b)
+
+
+def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, device: torch.device) -> DenseReference:
+    norm, head = adapter.final_norm(), adapter.lm_head()
+    log_probs = [head_log_probs(norm, head, h.to(device)) for h in inputs.final_hidden]
+    targets = [ids[:, 1:].to(device) for ids in inputs.input_ids]
+    return DenseReference(log_probs=log_probs, targets=targets)
+
+
+def replay_metric(
+    adapter: ModelAdapter, inputs: LayerInputs, start: int, metric: str, reference: DenseReference, device: torch.device
+) -> float:
+    """Mean metric per position when layers start...L run on the cached input of layer `start`."""
+    fn = METRICS.get(metric)
+    norm, head = adapter.final_norm(), adapter.lm_head()
+    total, positions = 0.0, 0
+    for b in range(inputs.n_batches):
+        hidden = inputs.hidden[start][b].to(device)
+        for layer in range(start, adapter.n_layers):
+            kwargs = {k: _to_device(v, device) for k, v in inputs.kwargs[layer][b].items()}
+            hidden = run_layer(adapter.layers[layer], hidden, kwargs)
+        log_probs = head_log_probs(norm, head, hidden)
+        total += float(fn(log_probs, b, reference))
+        positions += metric_positions(metric, log_probs.shape)
+    return total / positions
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    return value
+
+
+@torch.inference_mode()
+def build_loss_table(
+    adapter: ModelAdapter,
+    inputs: LayerInputs,
+    scores: UnitScores,
+    *,
+    metric: str = "kl",
+    channel_step: int,
+    mlp_stride: int = 1,
+    progress: bool = True,
+) -> LossTable:
+    """Measure ΔL for every option of every component of every layer (the exact reference profiler).
+
+    With `mlp_stride` s > 1 only every s-th MLP option (and the last, the removed MLP) is replayed;
+    the options between are interpolated linearly in parameters removed. Attention options are
+    always all measured.
+    """
+    METRICS.get(metric)  # fail early on an unknown name
+    device = next(adapter.model.parameters()).device
+    reference = dense_reference(adapter, inputs, device)
+    options = component_options(adapter, 0, channel_step)
+    for layer in range(adapter.n_layers):
+        if component_options(adapter, layer, channel_step) != options:
+            raise ValueError("profiling needs every layer to have the same shape (start from a dense model)")
+    loss = {c: np.zeros((adapter.n_layers, len(options[c]))) for c in COMPONENTS}
+    removed = {c: np.zeros((adapter.n_layers, len(options[c])), dtype=np.int64) for c in COMPONENTS}
+    measured = {c: measured_options(len(options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}
+    total = adapter.n_layers * sum(len(v) - 1 for v in measured.values())
+    bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
+    start_time = time.perf_counter()
+    for layer in range(adapter.n_layers):
+        base = replay_metric(adapter, inputs, layer, metric, reference, device)  # nothing removed
+        for component in COMPONENTS:
+            full = adapter.component_params(layer, component)
+            for k, option in enumerate(options[component]):
+                removed[component][layer, k] = full - option_params(adapter, layer, component, option)
+            for k in measured[component][1:]:
+                kept = kept_units(scores, adapter, layer, component, options[component][k])
+                with masked_units(adapter, layer, component, kept):
+                    value = replay_metric(adapter, inputs, layer, metric, reference, device)
+                loss[component][layer, k] = value - base
+                bar.update()
+            if len(measured[component]) < len(options[component]):  # fill the skipped options
+                loss[component][layer] = np.interp(
+                    removed[component][layer], removed[component][layer, measured[component]],
+                    loss[component][layer, measured[component]],
+                )
+    bar.close()
+    tokens = sum(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+    meta = {"tokens": tokens, "channel_step": channel_step, "mlp_stride": mlp_stride, "wall_s": round(time.perf_counter() - start_time, 2)}
+    return LossTable(metric=metric, criterion=scores.criterion, options=options, loss=loss, removed=removed, meta=meta)

@@ -1,0 +1,124 @@
+"""A pruning plan: for every layer and component, the sorted ids of the units kept (JSON round-trip)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gapprune.importance.base import UnitScores
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.prune.options import select_channels, select_heads
+
+
+@dataclass
+class ComponentPlan:
+    """What one component keeps. For attention `kept` are query-head ids; `option` is [g, q]
+    (attention) or [channels] (mlp); `rate` is the fraction of the component's parameters removed."""
+
+    kept: list[int]
+    option: list[int]
+    rate: float
+    params_before: int
+    params_after: int
+    loss: float | None = None
+
+
+@dataclass
+class LayerPlan:
+    layer: int
+    attn: ComponentPlan
+    mlp: ComponentPlan
+
+    def component(self, name: str) -> ComponentPlan:
+        return self.attn if name == "attn" else self.mlp
+
+
+@dataclass
+class Plan:
+    """Per-layer kept units plus the resolved configuration and summary numbers."""
+
+    layers: list[LayerPlan]
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "summary": self.summary, "layers": [asdict(lp) for lp in self.layers]}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        layers = [
+            LayerPlan(layer=lp["layer"], attn=ComponentPlan(**lp["attn"]), mlp=ComponentPlan(**lp["mlp"]))
+            for lp in data["layers"]
+        ]
+        return cls(layers=layers, config=data.get("config", {}), summary=data.get("summary", {}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (KeyError, TypeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path} is not a valid plan.json: {err}") from None
+
+    @property
+    def params_removed(self) -> int:
+        return sum(c.params_before - c.params_after for lp in self.layers for c in (lp.attn, lp.mlp))
+
+
+def kept_units(scores: UnitScores, adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> list[int]:
+    """Unit ids the option keeps, chosen by the scores."""
+    shape = adapter.layer_shape(layer)
+    if component == "attn":
+        g, q = option
+        return select_heads(scores.get(layer, "attn"), shape.n_kv_heads, g, q)
+    return select_channels(scores.get(layer, "mlp"), option[0])
+
+
+def option_params(adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> int:
+    if component == "attn":
+        return adapter.attn_option_params(layer, option[0], option[1])
+    return adapter.mlp_option_params(layer, option[0])
+
+
+def make_plan(
+    adapter: ModelAdapter,
+    scores: UnitScores,
+    options: list[dict[str, list[int]]],
+    losses: list[dict[str, float]] | None = None,
+    config: dict[str, Any] | None = None,
+) -> Plan:
+    """Turn one chosen option per (layer, component) into a plan of kept unit ids."""
+    layers = []
+    for layer, per in enumerate(options):
+        comps = {}
+        for component in COMPONENTS:
+            option = list(per[component])
+            before = adapter.component_params(layer, component)
+            after = option_params(adapter, layer, component, option)
+            comps[component] = ComponentPlan(
+                kept=kept_units(scores, adapter, layer, component, option),
+                option=option,
+                rate=round(1 - after / before, 6) if before else 0.0,
+                params_before=before,
+                params_after=after,
+                loss=None if losses is None else float(losses[layer][component]),
+            )
+        layers.append(LayerPlan(layer=layer, attn=comps["attn"], mlp=comps["mlp"]))
+    return Plan(layers=layers, config=dict(config or {}))
+
+
+def apply_plan_(adapter: ModelAdapter, plan: Plan) -> None:
+    """Physically remove every unit the plan does not keep, then record the per-layer shapes."""
+    if len(plan.layers) != adapter.n_layers:
+        raise ValueError(f"the plan has {len(plan.layers)} layers, the model {adapter.n_layers}")
+    for lp in plan.layers:
+        shape = adapter.layer_shape(lp.layer)
+        if len(lp.attn.kept) != shape.n_heads:
+            adapter.prune_attention_(lp.layer, lp.attn.kept)
+        if len(lp.mlp.kept) != shape.intermediate:
+            adapter.prune_mlp_(lp.layer, lp.mlp.kept)
+    adapter.record_shapes_()

@@ -1,0 +1,85 @@
+"""Shared fixtures: tiny seeded random models built from configs (no download), and a leak check."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=256, tie_word_embeddings=False,
+    )
+    config.architectures = ["LlamaForCausalLM"]
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_qwen3(seed: int = 0) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=6,
+        num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256, tie_word_embeddings=True,
+    )
+    config.architectures = ["Qwen3ForCausalLM"]
+    return Qwen3ForCausalLM(config).eval()
+
+
+def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+    )
+    config.architectures = ["Qwen2ForCausalLM"]
+    return Qwen2ForCausalLM(config).eval()
+
+
+FAMILIES = {"llama": tiny_llama, "qwen3": tiny_qwen3, "qwen2": tiny_qwen2}
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def tiny_model(request: pytest.FixtureRequest) -> torch.nn.Module:
+    return FAMILIES[request.param]()
+
+
+@pytest.fixture
+def llama() -> LlamaForCausalLM:
+    return tiny_llama()
+
+
+@pytest.fixture
+def token_ids() -> torch.Tensor:
+    return torch.randint(0, 256, (4, 24), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    value = os.environ.get("GAPPRUNE_DATA")
+    path = Path(value) if value else REPO.parent / "shared" / "data"
+    if not (path / "wikitext-2-raw").is_dir():
+        pytest.skip("no data folder: set GAPPRUNE_DATA")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_stray_files() -> object:
+    """Fail a test that leaves files in the repository (write under tmp_path instead)."""
+    def snapshot() -> set[str]:
+        skip = {".git", ".venv", ".pytest_cache", "__pycache__", "runs"}
+        return {
+            str(p.relative_to(REPO))
+            for p in REPO.rglob("*")
+            if not any(part in skip or part.endswith(".egg-info") for part in p.relative_to(REPO).parts)
+        }
+    before = snapshot()
+    yield
+    stray = snapshot() - before
+    assert not stray, f"test left files behind: {sorted(stray)[:5]}"

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
+from gapprune.models import get_adapter
+
+
+def _context(model, ids, criterion):
+    adapter = get_adapter(model)
+    stats = CalibrationStats()
+    capture_layer_inputs(adapter, ids, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    grads = accumulate_gradients(adapter, ids, batch_size=2, progress=False) if criterion == "taylor" else {}
+    return ScoringContext(adapter, stats, grads)
+
+
+@pytest.mark.parametrize("criterion", CRITERIA.names())
+def test_one_finite_score_per_unit(tiny_model, token_ids, criterion):
+    scores = score_units(_context(tiny_model, token_ids, criterion), criterion)
+    adapter = get_adapter(tiny_model)
+    for layer in range(adapter.n_layers):
+        shape = adapter.layer_shape(layer)
+        assert scores.get(layer, "attn").shape == (shape.n_heads,)
+        assert scores.get(layer, "mlp").shape == (shape.intermediate,)
+        assert torch.isfinite(scores.get(layer, "mlp")).all()
+
+
+@pytest.mark.parametrize("criterion", ["magnitude", "activation"])
+def test_unit_with_zero_output_weights_scores_lowest(llama, token_ids, criterion):
+    adapter = get_adapter(llama)
+    with torch.no_grad():
+        adapter.out_proj(1, "mlp").weight[:, 7] = 0
+        adapter.out_proj(1, "attn").weight[:, 2 * adapter.head_dim : 3 * adapter.head_dim] = 0  # head 2
+        if criterion == "magnitude":  # magnitude also counts the unit's input rows
+            adapter.component_weights(1, "mlp")[0].weight[7] = 0
+            adapter.component_weights(1, "mlp")[1].weight[7] = 0
+    scores = score_units(_context(llama, token_ids, criterion), criterion)
+    assert int(scores.get(1, "mlp").argmin()) == 7
+    if criterion == "activation":
+        assert int(scores.get(1, "attn").argmin()) == 2
+
+
+def test_unknown_criterion_suggests_a_name():
+    with pytest.raises(KeyError, match="Did you mean 'activation'"):
+        CRITERIA.get("activaton")

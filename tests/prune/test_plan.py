@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from gapprune.allocate import ALLOCATORS, InfeasibleBudget
+from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.prune import Plan
+from tests.helpers import tiny_profile
+
+
+def logits(model, ids):
+    with torch.inference_mode():
+        return model(input_ids=ids).logits
+
+
+@pytest.fixture
+def profile(llama, token_ids):
+    return tiny_profile(llama, token_ids)
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS.names())
+def test_every_allocator_meets_the_budget_and_surgery_matches_the_plan(llama, profile, allocator):
+    allocation = allocate(profile, 0.3, allocator)
+    plan = plan_from_allocation(profile, allocation, {"ratio": 0.3})
+    assert plan.summary["achieved_ratio"] >= 0.3
+    model = copy.deepcopy(llama)
+    prune_model_(model, plan)
+    assert sum(p.numel() for p in model.parameters()) == plan.summary["params_after"]
+
+
+def test_gap_minimises_the_predicted_loss_among_allocators(profile):
+    gap = allocate(profile, 0.3, "gap").predicted_loss(profile.table)
+    for name in ("uniform", "global", "owl", "depth"):
+        assert gap <= allocate(profile, 0.3, name).predicted_loss(profile.table) + 1e-12
+
+
+def test_plan_round_trips_and_a_loaded_plan_gives_identical_logits(llama, profile, token_ids, tmp_path):
+    plan = plan_from_allocation(profile, allocate(profile, 0.4, "gap"), {"ratio": 0.4})
+    plan.save(tmp_path / "plan.json")
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded.to_dict() == plan.to_dict()
+    a, b = copy.deepcopy(llama), copy.deepcopy(llama)
+    prune_model_(a, plan)
+    prune_model_(b, loaded)
+    assert torch.equal(logits(a, token_ids), logits(b, token_ids))
+    for lp in loaded.layers:
+        assert lp.attn.kept == sorted(lp.attn.kept) and lp.mlp.kept == sorted(lp.mlp.kept)
+
+
+def test_budget_beyond_everything_prunable_is_a_clear_error(profile):
+    with pytest.raises(InfeasibleBudget, match="at most .* are prunable"):
+        allocate(profile, 0.99, "gap")
+
+
+def test_ratio_outside_unit_interval_is_rejected(profile):
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        allocate(profile, 1.5, "gap")
