@@ -67,6 +67,11 @@ def _prefix(inputs: LayerInputs, n_batches: int) -> LayerInputs:
     )
 
 
+def needs_loss_table(config: PruneConfig) -> bool:
+    """Only GAP reads ΔL; the baselines need the options' parameter costs alone."""
+    return config.allocator == "gap"
+
+
 def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> Profile:
     """Calibrate, score units and build (or load) the loss table on the dense `model`."""
     adapter = get_adapter(model)
@@ -90,7 +95,7 @@ def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: 
         with _timed(timings, "profiling"):
             table = build_loss_table(
                 adapter, _prefix(inputs, profile_batches), scores, metric=config.metric, channel_step=step,
-                mlp_stride=config.mlp_stride,
+                mlp_stride=config.mlp_stride, measure=needs_loss_table(config),
             )
     return Profile(adapter, inputs, stats, scores, table, total, timings)
 

@@ -21,6 +21,8 @@ def gap_allocator(context: AllocationContext, budget_params: int) -> Allocation:
     until it is met.
     """
     table = context.table
+    if not table.meta.get("measured", True):
+        raise ValueError("the gap allocator needs a measured loss table (this one holds parameter costs only)")
     check_budget(table, budget_params)
     hidden = context.adapter.hidden
     weight_costs = [(table.removed[c] // hidden) * hidden for c in COMPONENTS]

@@ -1,4 +1,4 @@
-"""Capability-loss profiling. To add a metric, register `fn(log_probs, batch, reference) -> sum`
+"""Capability-loss profiling. To add a metric, register `fn(logits, batch, reference) -> sum`
 with `@METRICS.register("name")` in `metrics.py`."""
 
 from gapprune.profiling.loss_table import LossTable, build_loss_table, masked_units

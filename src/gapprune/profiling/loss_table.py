@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from gapprune.calibrate.capture import LayerInputs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.metrics import METRICS, DenseReference, head_log_probs, metric_positions
+from gapprune.profiling.metrics import METRICS, DenseReference, head_logits, make_reference, metric_positions
 from gapprune.prune.options import attention_options, mlp_options
 from gapprune.prune.plan import kept_units, option_params
 
@@ -93,36 +93,61 @@ def measured_options(n_options: int, stride: int) -> list[int]:
     return picked if picked[-1] == n_options - 1 else picked + [n_options - 1]
 
 
+class UnitMasks:
+    """Zeroes the output-projection columns of removed units, per (layer, component).
+
+    Setting a component again starts from its original weights, so masks never compound; `restore_`
+    (or leaving the `with` block) puts every original weight back.
+    """
+
+    def __init__(self, adapter: ModelAdapter) -> None:
+        self.adapter = adapter
+        self._saved: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def set_(self, layer: int, component: str, kept: list[int] | None) -> None:
+        """Keep only units `kept` of the component (None or all ids: dense)."""
+        out = self.adapter.out_proj(layer, component)
+        assert out is not None
+        unit = self.adapter.head_dim if component == "attn" else 1
+        n_units = out.in_features // unit
+        key = (layer, component)
+        if key in self._saved:
+            weight, bias = self._saved[key]
+            out.weight.data.copy_(weight)
+            if bias is not None:
+                out.bias.data.copy_(bias)
+        if kept is None or len(kept) == n_units:
+            return
+        if key not in self._saved:
+            self._saved[key] = (out.weight.data.clone(), out.bias.data.clone() if out.bias is not None else None)
+        mask = torch.zeros(n_units, dtype=out.weight.dtype, device=out.weight.device)
+        mask[kept] = 1
+        out.weight.data.mul_(mask.repeat_interleave(unit))  # (hidden, in) * (in,)
+        if out.bias is not None and not kept:
+            out.bias.data.zero_()
+
+    def restore_(self) -> None:
+        for layer, component in list(self._saved):
+            self.set_(layer, component, None)
+        self._saved.clear()
+
+    def __enter__(self) -> UnitMasks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore_()
+
+
 @contextmanager
 def masked_units(adapter: ModelAdapter, layer: int, component: str, kept: list[int]) -> Iterator[None]:
     """Temporarily zero the output-projection columns of every unit not in `kept`."""
-    out = adapter.out_proj(layer, component)
-    assert out is not None
-    unit = adapter.head_dim if component == "attn" else 1
-    n_units = out.in_features // unit
-    if len(kept) == n_units:
+    with UnitMasks(adapter) as masks:
+        masks.set_(layer, component, kept)
         yield
-        return
-    mask = torch.zeros(n_units, dtype=out.weight.dtype, device=out.weight.device)
-    mask[kept] = 1
-    saved_w = out.weight.data.clone()
-    saved_b = out.bias.data.clone() if out.bias is not None else None
-    out.weight.data.mul_(mask.repeat_interleave(unit))
-    if saved_b is not None and not kept:
-        out.bias.data.zero_()
-    try:
-        yield
-    finally:
-        out.weight.data.copy_(saved_w)
-        if saved_b is not None:
-            out.bias.data.copy_(saved_b)
 
 
 def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, device: torch.device) -> DenseReference:
-    norm, head = adapter.final_norm(), adapter.lm_head()
-    log_probs = [head_log_probs(norm, head, h.to(device)) for h in inputs.final_hidden]
-    targets = [ids[:, 1:].to(device) for ids in inputs.input_ids]
-    return DenseReference(log_probs=log_probs, targets=targets)
+    return make_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, device)
 
 
 def replay_metric(
@@ -137,9 +162,9 @@ def replay_metric(
         for layer in range(start, adapter.n_layers):
             kwargs = {k: _to_device(v, device) for k, v in inputs.kwargs[layer][b].items()}
             hidden = run_layer(adapter.layers[layer], hidden, kwargs)
-        log_probs = head_log_probs(norm, head, hidden)
-        total += float(fn(log_probs, b, reference))
-        positions += metric_positions(metric, log_probs.shape)
+        logits = head_logits(norm, head, hidden)  # (B, T, V)
+        total += float(fn(logits, b, reference))
+        positions += metric_positions(metric, logits.shape)
     return total / positions
 
 
@@ -160,17 +185,19 @@ def build_loss_table(
     metric: str = "kl",
     channel_step: int,
     mlp_stride: int = 1,
+    measure: bool = True,
     progress: bool = True,
 ) -> LossTable:
     """Measure ΔL for every option of every component of every layer (the exact reference profiler).
 
     With `mlp_stride` s > 1 only every s-th MLP option (and the last, the removed MLP) is replayed;
     the options between are interpolated linearly in parameters removed. Attention options are
-    always all measured.
+    always all measured. With `measure=False` only the parameter costs are filled (ΔL stays 0):
+    enough for allocators that do not read ΔL.
     """
     METRICS.get(metric)  # fail early on an unknown name
     device = next(adapter.model.parameters()).device
-    reference = dense_reference(adapter, inputs, device)
+    reference = dense_reference(adapter, inputs, device) if measure else DenseReference([], [], [])
     options = component_options(adapter, 0, channel_step)
     for layer in range(adapter.n_layers):
         if component_options(adapter, layer, channel_step) != options:
@@ -178,11 +205,13 @@ def build_loss_table(
     loss = {c: np.zeros((adapter.n_layers, len(options[c]))) for c in COMPONENTS}
     removed = {c: np.zeros((adapter.n_layers, len(options[c])), dtype=np.int64) for c in COMPONENTS}
     measured = {c: measured_options(len(options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}
+    if not measure:
+        measured = {c: [0] for c in COMPONENTS}
     total = adapter.n_layers * sum(len(v) - 1 for v in measured.values())
     bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
     start_time = time.perf_counter()
     for layer in range(adapter.n_layers):
-        base = replay_metric(adapter, inputs, layer, metric, reference, device)  # nothing removed
+        base = replay_metric(adapter, inputs, layer, metric, reference, device) if measure else 0.0
         for component in COMPONENTS:
             full = adapter.component_params(layer, component)
             for k, option in enumerate(options[component]):
@@ -193,12 +222,12 @@ def build_loss_table(
                     value = replay_metric(adapter, inputs, layer, metric, reference, device)
                 loss[component][layer, k] = value - base
                 bar.update()
-            if len(measured[component]) < len(options[component]):  # fill the skipped options
+            if measure and len(measured[component]) < len(options[component]):  # fill the skipped options
                 loss[component][layer] = np.interp(
                     removed[component][layer], removed[component][layer, measured[component]],
                     loss[component][layer, measured[component]],
                 )
     bar.close()
     tokens = sum(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
-    meta = {"tokens": tokens, "channel_step": channel_step, "mlp_stride": mlp_stride, "wall_s": round(time.perf_counter() - start_time, 2)}
+    meta = {"tokens": tokens, "channel_step": channel_step, "mlp_stride": mlp_stride, "measured": measure, "wall_s": round(time.perf_counter() - start_time, 2)}
     return LossTable(metric=metric, criterion=scores.criterion, options=options, loss=loss, removed=removed, meta=meta)

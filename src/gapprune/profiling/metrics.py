@@ -1,7 +1,7 @@
 """Global capability metrics on the model's next-token distribution: `kl` (to the dense model) and `nll`.
 
-Both are computed from final hidden states with the LM head applied in chunks of positions, so the
-(B, T, vocab) logits never exist at once for long windows.
+Metrics take raw logits and use logsumexp, so no log-softmax tensor is materialised per option;
+the dense side (probabilities and Σ p·log p) is computed once.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from gapprune.registry import Registry
 class DenseReference:
     """What the metrics compare against, per calibration batch.
 
-    log_probs[b]: (B, T, V) dense log-probabilities (kl); targets[b]: (B, T-1) next tokens (nll).
+    probs[b]: (B, T, V) dense next-token probabilities; neg_entropy[b]: (B, T) Σ p·log p (kl);
+    targets[b]: (B, T-1) next tokens (nll).
     """
 
-    log_probs: list[torch.Tensor]
+    probs: list[torch.Tensor]
+    neg_entropy: list[torch.Tensor]
     targets: list[torch.Tensor]
 
 
@@ -31,31 +33,40 @@ Metric = Callable[[torch.Tensor, int, DenseReference], torch.Tensor]
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def head_log_probs(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """log-softmax(head(norm(hidden))) in chunks of positions. hidden (B, T, h) -> (B, T, V) float32."""
-    parts = []
-    for start in range(0, hidden.shape[1], chunk):
-        logits = head(norm(hidden[:, start : start + chunk])).float()
-        parts.append(F.log_softmax(logits, dim=-1))
-    return torch.cat(parts, dim=1)
+def head_logits(norm: nn.Module, head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """head(norm(hidden)) in float32. hidden (B, T, h) -> (B, T, V)."""
+    return head(norm(hidden)).float()
+
+
+def make_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor], input_ids: list[torch.Tensor],
+                   device: torch.device) -> DenseReference:
+    probs, neg_entropy = [], []
+    for hidden in final_hidden:
+        log_p = F.log_softmax(head_logits(norm, head, hidden.to(device)), dim=-1)  # (B, T, V)
+        p = log_p.exp()
+        probs.append(p)
+        neg_entropy.append((p * log_p).sum(-1))
+    return DenseReference(probs, neg_entropy, [ids[:, 1:].to(device) for ids in input_ids])
 
 
 @METRICS.register("kl")
-def kl_metric(log_probs: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
-    """Summed per-token KL(dense || pruned) over the batch's positions. -> scalar float64."""
-    dense = reference.log_probs[batch]  # (B, T, V)
-    return (dense.exp() * (dense - log_probs)).sum().double()
+def kl_metric(logits: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
+    """Summed per-token KL(dense || pruned) over the batch: Σ p log p − (Σ p·z − logsumexp z)."""
+    p = reference.probs[batch]  # (B, T, V), rows sum to 1
+    cross = (p * logits).sum(-1) - torch.logsumexp(logits, dim=-1)  # (B, T) = Σ p log q
+    return (reference.neg_entropy[batch] - cross).sum().double()
 
 
 @METRICS.register("nll")
-def nll_metric(log_probs: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
-    """Summed next-token NLL over the batch. -> scalar float64."""
+def nll_metric(logits: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
+    """Summed next-token NLL over the batch: logsumexp z − z[target]."""
     targets = reference.targets[batch]  # (B, T-1)
-    picked = log_probs[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return (-picked).sum().double()
+    z = logits[:, :-1]
+    picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (torch.logsumexp(z, dim=-1) - picked).sum().double()
 
 
-def metric_positions(metric: str, log_probs_shape: torch.Size) -> int:
+def metric_positions(metric: str, logits_shape: torch.Size) -> int:
     """How many positions a metric sums over for one batch (to turn sums into means)."""
-    b, t = log_probs_shape[0], log_probs_shape[1]
+    b, t = logits_shape[0], logits_shape[1]
     return b * (t - 1) if metric == "nll" else b * t

