@@ -20,4 +20,4 @@ def tiny_profile(model: torch.nn.Module, ids: torch.Tensor, criterion: str = "ac
     scores = score_units(ScoringContext(adapter, stats, grads), criterion)
     table = build_loss_table(adapter, inputs, scores, metric=metric, channel_step=channel_step, progress=False)
     total = sum(p.numel() for p in model.parameters())
-    return Profile(adapter, inputs, stats, scores, table, total)
+    return Profile(adapter, inputs, stats, scores, table, total, inputs)

@@ -55,7 +55,7 @@ def prune(
     """Prune `model` in place by `config`; returns the plan and the (reusable) dense profile."""
     profile = profile or profile_model(model, tokenizer, config)
     start = time.perf_counter()
-    allocation = allocate(profile, config.ratio, config.allocator)
+    allocation = allocate(profile, config.ratio, config.allocator, config.refine, config.mlp_stride)
     profile.timings["allocation"] = round(time.perf_counter() - start, 3)
     plan = plan_from_allocation(profile, allocation, config.to_dict())
     start = time.perf_counter()

@@ -18,6 +18,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.allocate import ALLOCATORS, Allocation, AllocationContext
+from gapprune.allocate.refine import refine
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.config import PruneConfig
 from gapprune.data import load_text, sample_windows, self_generated_windows, tokenize_text
@@ -39,6 +40,7 @@ class Profile:
     scores: UnitScores
     table: LossTable
     total_params: int
+    profile_inputs: LayerInputs | None = None  # the calibration prefix the table was measured on
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -85,28 +87,34 @@ def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: 
     with _timed(timings, "importance"):
         grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
         scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
+    profile_inputs = _prefix(inputs, -(-config.profile_samples // config.batch_size))
     if config.loss_table:
         table = LossTable.load(config.loss_table)
         if table.n_layers != adapter.n_layers or table.criterion != config.criterion:
             raise ValueError(f"{config.loss_table} was profiled for another model or criterion ({table.criterion})")
     else:
         step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
-        profile_batches = -(-config.profile_samples // config.batch_size)
         with _timed(timings, "profiling"):
             table = build_loss_table(
-                adapter, _prefix(inputs, profile_batches), scores, metric=config.metric, channel_step=step,
+                adapter, profile_inputs, scores, metric=config.metric, channel_step=step,
                 mlp_stride=config.mlp_stride, measure=needs_loss_table(config),
             )
-    return Profile(adapter, inputs, stats, scores, table, total, timings)
+    return Profile(adapter, inputs, stats, scores, table, total, profile_inputs, timings)
 
 
-def allocate(profile: Profile, ratio: float, allocator: str) -> Allocation:
-    """Choose one option per component so that `ratio` of all parameters go."""
+def allocate(profile: Profile, ratio: float, allocator: str, refine_rounds: int = 0, mlp_stride: int = 1) -> Allocation:
+    """Choose one option per component so that `ratio` of all parameters go (GAP: optionally refined)."""
     if not 0 < ratio < 1:
         raise ValueError(f"ratio must lie strictly between 0 and 1, got {ratio}")
     budget = int(round(ratio * profile.total_params))
     context = AllocationContext(profile.adapter, profile.table, profile.scores, profile.inputs, profile.stats)
-    return ALLOCATORS.get(allocator)(context, budget)
+    allocation = ALLOCATORS.get(allocator)(context, budget)
+    if refine_rounds:
+        if allocator != "gap":
+            raise ValueError("--refine applies to the gap allocator only")
+        assert profile.profile_inputs is not None
+        allocation = refine(context, allocation, budget, refine_rounds, profile.profile_inputs, mlp_stride).allocation
+    return allocation
 
 
 def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[str, Any]) -> Plan:

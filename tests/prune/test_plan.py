@@ -58,3 +58,15 @@ def test_budget_beyond_everything_prunable_is_a_clear_error(profile):
 def test_ratio_outside_unit_interval_is_rejected(profile):
     with pytest.raises(ValueError, match="between 0 and 1"):
         allocate(profile, 1.5, "gap")
+
+
+def test_refine_never_returns_a_worse_plan_by_true_loss(profile):
+    from gapprune.allocate.refine import true_loss
+
+    plain = allocate(profile, 0.4, "gap")
+    refined = allocate(profile, 0.4, "gap", refine_rounds=1)
+    history = refined.info["refine_history"]
+    assert history[0]["true_loss"] == pytest.approx(true_loss(profile.adapter, profile.profile_inputs, profile.scores,
+                                                               profile.table, plain))
+    assert true_loss(profile.adapter, profile.profile_inputs, profile.scores, profile.table, refined) <= history[0]["true_loss"] + 1e-9
+    assert refined.removed_params(profile.table) >= int(round(0.4 * profile.total_params))
