@@ -1,4 +1,4 @@
-"""Command line: `gapprune prune | ppl | info`. Parsing only; the work lives in the library."""
+"""Command line: `gapprune prune | ppl | eval | bench | info`. Parsing only; the work lives in the library."""
 
 from __future__ import annotations
 
@@ -137,7 +137,98 @@ class InfoCommand:
         return 0
 
 
-COMMANDS = (PruneCommand, PplCommand, InfoCommand)
+class EvalCommand:
+    """gapprune eval MODEL --ppl wikitext2,ptb --tasks boolq,piqa,... [--limit N]."""
+
+    name = "eval"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(EvalCommand.name, help="perplexity and zero-shot accuracy (lm-evaluation-harness)")
+        p.add_argument("model")
+        p.add_argument("--ppl", default="wikitext2,ptb", help="comma-separated perplexity data sets ('' for none)")
+        p.add_argument("--seq-len", type=int, default=128)
+        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--tasks", default="", help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
+        p.add_argument("--limit", type=int, default=None, help="first N examples per task")
+        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--data-dir", default=None)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
+        p.set_defaults(run=EvalCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import evaluate_ppl, load
+        from gapprune.evaluate.zeroshot import zero_shot
+
+        model, tokenizer = load(args.model, device=args.device)
+        records: list[dict[str, Any]] = []
+        for dataset in filter(None, args.ppl.split(",")):
+            r = evaluate_ppl(model, tokenizer, dataset, seq_len=args.seq_len, max_windows=args.max_windows, data_dir=args.data_dir)
+            records.append({"model": args.model, "task": dataset, "metric": f"ppl@{r.seq_len}", "value": r.ppl, "limit": r.windows})
+        tasks = [t for t in args.tasks.split(",") if t]
+        if tasks:
+            for row in zero_shot(model, tokenizer, tasks, data_directory=args.data_dir, limit=args.limit, batch_size=args.batch_size):
+                records.append({"model": args.model, **row})
+        table = ["| task | metric | value | limit |", "|---|---|---|---|"]
+        table += [f"| {r['task']} | {r['metric']} | {r['value']:.4f} | {r['limit']} |" for r in records]
+        print("\n".join(table))
+        if args.out:
+            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+            Path(args.out).with_suffix(".md").write_text("\n".join(table) + "\n")
+        return 0
+
+
+class BenchCommand:
+    """gapprune bench MODEL [--vs DENSE]: prefill latency, decode tokens/s, memory; speedup vs ideal."""
+
+    name = "bench"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(BenchCommand.name, help="measure speed and memory (optionally against the dense source)")
+        p.add_argument("model")
+        p.add_argument("--vs", default=None, help="the dense model to compare with")
+        p.add_argument("--batches", default="1,16")
+        p.add_argument("--prompt-tokens", type=int, default=512)
+        p.add_argument("--new-tokens", type=int, default=32)
+        p.add_argument("--repeats", type=int, default=3)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", default=None, help="write JSON records")
+        p.set_defaults(run=BenchCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.evaluate.speed import measure_speed
+
+        records: list[dict[str, Any]] = []
+        specs = [args.model] + ([args.vs] if args.vs else [])
+        for spec in specs:
+            model, _ = load(spec, device=args.device)
+            for batch in map(int, args.batches.split(",")):
+                result = measure_speed(model, batch=batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
+                                       repeats=args.repeats)
+                records.append({"model": spec, **result.to_record()})
+            del model
+        if args.vs:
+            by = {(r["model"], r["batch"]): r for r in records}
+            for r in records:
+                dense = by[(args.vs, r["batch"])]
+                r["speedup"] = round(r["decode_tokens_per_s"] / dense["decode_tokens_per_s"], 3)
+                r["prefill_speedup"] = round(dense["prefill_ms"] / r["prefill_ms"], 3)
+                r["ideal_speedup"] = round(dense["params"] / r["params"], 3)
+        for r in records:
+            extra = f"  speedup {r['speedup']:.2f}x (ideal {r['ideal_speedup']:.2f}x)" if "speedup" in r else ""
+            print(f"{r['model']} batch {r['batch']}: prefill {r['prefill_ms']:.0f} ms, decode "
+                  f"{r['decode_tokens_per_s']:.1f} tok/s, {r['params']:,} params, weights {r['weights_mb']:.0f} MB{extra}")
+        if args.out:
+            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+        return 0
+
+
+COMMANDS = (PruneCommand, PplCommand, EvalCommand, BenchCommand, InfoCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:
