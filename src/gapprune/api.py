@@ -59,12 +59,21 @@ def prune(
     profile.timings["allocation"] = round(time.perf_counter() - start, 3)
     plan = plan_from_allocation(profile, allocation, config.to_dict())
     start = time.perf_counter()
-    prune_model_(model, plan)
-    profile.timings["surgery"] = round(time.perf_counter() - start, 3)
-    after = sum(p.numel() for p in model.parameters())
+    biases_before = _out_proj_bias_params(profile)
+    plan.summary["compensation"] = prune_model_(model, plan, config.compensate, profile.gram)
+    profile.timings["surgery_and_compensation"] = round(time.perf_counter() - start, 3)
+    added = _out_proj_bias_params(profile) - biases_before  # bias compensation adds (hidden,) per component
+    plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
+    after = sum(p.numel() for p in model.parameters()) - added
     if after != plan.summary["params_after"]:
         raise RuntimeError(f"surgery left {after:,} parameters, the plan expected {plan.summary['params_after']:,}")
     return plan, profile
+
+
+def _out_proj_bias_params(profile: Profile) -> int:
+    adapter = profile.adapter
+    outs = (adapter.out_proj(layer, c) for layer in range(adapter.n_layers) for c in ("attn", "mlp"))
+    return sum(out.bias.numel() for out in outs if out is not None and out.bias is not None)
 
 
 def write_pruned_folder(

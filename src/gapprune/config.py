@@ -22,6 +22,7 @@ class PruneConfig:
     batch_size: int = field(default=8, metadata={"help": "windows per forward pass"})
     channel_step: int = field(default=0, metadata={"help": "MLP channels per option step; 0 = intermediate/32 rounded to 8"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
+    compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
@@ -36,6 +37,8 @@ class PruneConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive")
         if self.profile_samples > self.calib_samples:
             raise ValueError("--profile-samples cannot exceed --calib-samples (profiling uses a prefix of them)")
+        if self.compensate not in ("lsq", "bias", "none"):
+            raise ValueError(f"--compensate must be lsq, bias or none, got {self.compensate!r}")
         if self.refine < 0:
             raise ValueError("--refine must be >= 0")
 

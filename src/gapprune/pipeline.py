@@ -26,6 +26,7 @@ from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients
 from gapprune.models import COMPONENTS, ModelAdapter, get_adapter
 from gapprune.profiling import LossTable, build_loss_table
 from gapprune.prune import Plan, apply_plan_, default_channel_step, make_plan
+from gapprune.prune.compensate import GramStats, compensate_, gram_hooks
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class Profile:
     table: LossTable
     total_params: int
     profile_inputs: LayerInputs | None = None  # the calibration prefix the table was measured on
+    gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -82,8 +84,14 @@ def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: 
     with _timed(timings, "calibration_data"):
         ids = calibration_ids(model, tokenizer, config)
     stats = CalibrationStats()
+    gram = GramStats() if config.compensate != "none" else None
+    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, gram) if gram is not None else None
+
+    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
+        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
+
     with _timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
     with _timed(timings, "importance"):
         grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
         scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
@@ -99,7 +107,7 @@ def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: 
                 adapter, profile_inputs, scores, metric=config.metric, channel_step=step,
                 mlp_stride=config.mlp_stride, measure=needs_loss_table(config),
             )
-    return Profile(adapter, inputs, stats, scores, table, total, profile_inputs, timings)
+    return Profile(adapter, inputs, stats, scores, table, total, profile_inputs, gram, timings)
 
 
 def allocate(profile: Profile, ratio: float, allocator: str, refine_rounds: int = 0, mlp_stride: int = 1) -> Allocation:
@@ -136,9 +144,28 @@ def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[
     return plan
 
 
-def prune_model_(model: nn.Module, plan: Plan) -> None:
-    """Apply a plan to a dense model in place (physical removal)."""
-    apply_plan_(get_adapter(model), plan)
+def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None) -> dict[str, Any]:
+    """Apply a plan to a dense model in place (physical removal), then optionally compensate."""
+    adapter = get_adapter(model)
+    if compensate == "none":
+        apply_plan_(adapter, plan)
+        return {"method": "none"}
+    if gram is None:
+        raise ValueError("compensation needs the Gram statistics of the calibration pass")
+    dense_out = {}
+    for lp in plan.layers:
+        for c in COMPONENTS:
+            out = adapter.out_proj(lp.layer, c)
+            if out is not None:
+                dense_out[(lp.layer, c)] = out.weight.data.clone()
+    kept = {}
+    for lp in plan.layers:
+        kept[(lp.layer, "attn")] = [h * adapter.head_dim + d for h in lp.attn.kept for d in range(adapter.head_dim)]
+        kept[(lp.layer, "mlp")] = list(lp.mlp.kept)
+    apply_plan_(adapter, plan)
+    summary = compensate_(adapter, dense_out, kept, gram, compensate)
+    adapter.record_shapes_()  # bias compensation may have added biases
+    return summary
 
 
 def component_counts(plan: Plan) -> dict[str, list[int]]:

@@ -9,6 +9,8 @@ stored in `config.layer_shapes` (a list of dicts, one per layer):
     {"num_attention_heads": int, "num_key_value_heads": int, "intermediate_size": int}
 
 A count of 0 means the sub-block was removed: the residual stream passes through untouched.
+Optional `attn_out_bias` / `mlp_out_bias` say that o_proj / down_proj carry a bias (added by
+training-free compensation).
 """
 
 from __future__ import annotations
@@ -52,13 +54,12 @@ class RemovedMLP(nn.Module):
         return torch.zeros_like(hidden_states)
 
 
-def _resized_linear(linear: nn.Linear, in_features: int, out_features: int) -> nn.Linear:
-    resized = nn.Linear(in_features, out_features, bias=linear.bias is not None,
-                        device=linear.weight.device, dtype=linear.weight.dtype)
-    return resized
+def _resized_linear(linear: nn.Linear, in_features: int, out_features: int, bias: bool | None = None) -> nn.Linear:
+    has_bias = linear.bias is not None if bias is None else bias
+    return nn.Linear(in_features, out_features, bias=has_bias, device=linear.weight.device, dtype=linear.weight.dtype)
 
 
-def resize_decoder_layer_(layer: nn.Module, shape: dict[str, int], head_dim: int) -> None:
+def resize_decoder_layer_(layer: nn.Module, shape: dict[str, Any], head_dim: int) -> None:
     """Give one decoder layer the shapes in `shape` (weights uninitialised; loading fills them)."""
     n_heads, n_kv, inter = shape["num_attention_heads"], shape["num_key_value_heads"], shape["intermediate_size"]
     if n_heads == 0:
@@ -70,7 +71,7 @@ def resize_decoder_layer_(layer: nn.Module, shape: dict[str, int], head_dim: int
         attn.q_proj = _resized_linear(attn.q_proj, hidden, n_heads * head_dim)
         attn.k_proj = _resized_linear(attn.k_proj, hidden, n_kv * head_dim)
         attn.v_proj = _resized_linear(attn.v_proj, hidden, n_kv * head_dim)
-        attn.o_proj = _resized_linear(attn.o_proj, n_heads * head_dim, hidden)
+        attn.o_proj = _resized_linear(attn.o_proj, n_heads * head_dim, hidden, shape.get("attn_out_bias"))
         attn.num_key_value_groups = n_heads // n_kv
     if inter == 0:
         layer.mlp = RemovedMLP()
@@ -80,7 +81,7 @@ def resize_decoder_layer_(layer: nn.Module, shape: dict[str, int], head_dim: int
         hidden = mlp.gate_proj.in_features
         mlp.gate_proj = _resized_linear(mlp.gate_proj, hidden, inter)
         mlp.up_proj = _resized_linear(mlp.up_proj, hidden, inter)
-        mlp.down_proj = _resized_linear(mlp.down_proj, inter, hidden)
+        mlp.down_proj = _resized_linear(mlp.down_proj, inter, hidden, shape.get("mlp_out_bias"))
         if hasattr(mlp, "intermediate_size"):
             mlp.intermediate_size = inter
 

@@ -99,8 +99,19 @@ class ModelAdapter(ABC):
         return [self.layer_shape(i) for i in range(self.n_layers)]
 
     def record_shapes_(self) -> None:
-        """Write every layer's shape to the config in one assignment (never per layer)."""
-        self.config.layer_shapes = [s.to_config() for s in self.shapes()]
+        """Write every layer's shape to the config in one assignment (never per layer).
+
+        Besides unit counts, each entry says whether o_proj / down_proj carry a bias (compensation
+        can add one), so the folder reloads with exactly these modules.
+        """
+        shapes = []
+        for layer, shape in enumerate(self.shapes()):
+            entry: dict[str, int | bool] = dict(shape.to_config())
+            for component, key in (("attn", "attn_out_bias"), ("mlp", "mlp_out_bias")):
+                out = self.out_proj(layer, component)
+                entry[key] = bool(out is not None and out.bias is not None)
+            shapes.append(entry)
+        self.config.layer_shapes = shapes
 
     @abstractmethod
     def attn_option_params(self, layer: int, n_kv_heads: int, heads_per_group: int) -> int:

@@ -1,0 +1,143 @@
+"""Training-free recovery after units are removed (DESIGN §6): `lsq` re-fit or `bias` (FLAP).
+
+Both work on the output projection of a component (o_proj / down_proj), whose input columns are
+exactly the units. With X the dense input of that projection on calibration tokens:
+
+* `lsq`: the kept columns W'_K minimise ||W X − W'_K X_K||² + λ||W'_K||² (ridge), i.e.
+  W'_K = W G[:, K] (G[K, K] + λI)⁻¹ with G = XᵀX accumulated in float32 over batches.
+* `bias`: the removed channels' mean contribution W[:, R] E[x_R] is added as a bias.
+
+Neither may make things worse: the reconstruction error of the result is checked on held-out
+calibration batches (a second Gram matrix) and the original weights are kept when it rises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+
+log = logging.getLogger(__name__)
+COMPENSATIONS = ("lsq", "bias", "none")
+
+
+@dataclass
+class GramStats:
+    """Per (layer, component): Gram matrices of the output projection's input on two halves of the
+    calibration batches (fit, held out), and the input mean for `bias`."""
+
+    fit: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (n_in, n_in) float32
+    held_out: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    sums: dict[tuple[int, str], list[torch.Tensor]] = field(default_factory=dict)  # [fit, held out] (n_in,) float64
+    counts: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # [fit, held out] tokens
+    batches: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def fit_mean(self, key: tuple[int, str]) -> torch.Tensor:
+        return self.sums[key][0] / max(self.counts[key][0], 1)
+
+
+def gram_hooks(adapter: ModelAdapter, into: GramStats) -> Callable[[], list[torch.utils.hooks.RemovableHandle]]:
+    """Hook installer for `capture_layer_inputs(extra_hooks=...)`: even batches fit, odd ones hold out."""
+
+    def install() -> list[torch.utils.hooks.RemovableHandle]:
+        handles = []
+        for layer in range(adapter.n_layers):
+            for component in COMPONENTS:
+                out = adapter.out_proj(layer, component)
+                if out is None:
+                    continue
+                key = (layer, component)
+                n = out.in_features
+                into.fit[key] = torch.zeros(n, n)
+                into.held_out[key] = torch.zeros(n, n)
+                into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
+                into.counts[key], into.batches[key] = [0, 0], 0
+
+                def hook(module: nn.Module, args: tuple[Any, ...], key: tuple[int, str] = key) -> None:
+                    x = args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()  # (tokens, n_in)
+                    half = into.batches[key] % 2
+                    (into.held_out if half else into.fit)[key] += x.T @ x
+                    into.sums[key][half] += x.double().sum(0)
+                    into.counts[key][half] += x.shape[0]
+                    into.batches[key] += 1
+
+                handles.append(out.register_forward_pre_hook(hook))
+        return handles
+
+    return install
+
+
+def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, gram: torch.Tensor) -> float:
+    """tr(D G Dᵀ) with D = dense − pruned (zero-padded to all columns): Σ over tokens of ||Δy||²."""
+    diff = dense.double() - pruned.double()  # (out, n_in)
+    return float(((diff @ gram.double()) * diff).sum())
+
+
+def lsq_weights(weight: torch.Tensor, gram: torch.Tensor, kept: torch.Tensor, ridge: float) -> torch.Tensor:
+    """W G[:, K] (G[K, K] + λI)⁻¹ for kept column ids K. weight (out, n_in) -> (out, |K|)."""
+    g = gram.double()
+    g_kk = g[kept][:, kept]
+    damp = ridge * float(g_kk.diagonal().mean()) + 1e-8
+    rhs = weight.double() @ g[:, kept]  # (out, |K|)
+    solved = torch.linalg.solve(g_kk + damp * torch.eye(len(kept), dtype=torch.float64), rhs.T).T
+    return solved.to(weight.dtype)
+
+
+def compensate_(
+    adapter: ModelAdapter, dense_out: dict[tuple[int, str], torch.Tensor], kept_columns: dict[tuple[int, str], list[int]],
+    stats: GramStats, method: str, ridge: float = 1e-2,
+) -> dict[str, Any]:
+    """Re-fit every pruned component's output projection in place. Returns a summary per component.
+
+    dense_out: the dense output-projection weights (out, n_in) before surgery;
+    kept_columns: the dense column ids each pruned projection kept, in order.
+    """
+    if method not in COMPENSATIONS:
+        raise ValueError(f"unknown compensation {method!r}; choose from {', '.join(COMPENSATIONS)}")
+    summary: dict[str, Any] = {"method": method, "applied": 0, "kept_original": 0, "error_reduction": []}
+    if method == "none":
+        return summary
+    for (layer, component), cols in kept_columns.items():
+        out = adapter.out_proj(layer, component)
+        dense = dense_out[(layer, component)]
+        if out is None or len(cols) == dense.shape[1]:
+            continue  # removed entirely (nothing to fit) or nothing removed
+        key = (layer, component)
+        kept = torch.tensor(cols)
+        padded = lambda w: torch.zeros_like(dense).index_copy_(1, kept, w)  # noqa: E731
+        before = reconstruction_error(dense, padded(out.weight.data), stats.held_out[key])
+        if method == "lsq":
+            new_weight = lsq_weights(dense, stats.fit[key], kept, ridge)
+            after = reconstruction_error(dense, padded(new_weight), stats.held_out[key])
+            if after < before:
+                out.weight.data.copy_(new_weight)
+            else:
+                log.info("layer %d %s: lsq would raise held-out error (%.4g -> %.4g); kept original", layer, component,
+                         before, after)
+        else:  # bias: the removed channels' mean contribution, fitted on one half, checked on the other
+            removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)))
+            w_removed = dense.double()[:, removed]  # (out, |R|)
+            shift = w_removed @ stats.fit_mean(key)[removed]  # (out,)
+            held_sum = w_removed @ stats.sums[key][1][removed]  # Σ over held-out tokens of W_R x_R
+            after = before - 2 * float(shift @ held_sum) + stats.counts[key][1] * float(shift @ shift)
+            if after < before:
+                add_bias_(out, shift.to(dense.dtype))
+        if after < before:
+            summary["applied"] += 1
+            summary["error_reduction"].append(round(1 - after / before, 4) if before else 0.0)
+        else:
+            summary["kept_original"] += 1
+    return summary
+
+
+def add_bias_(linear: nn.Linear, shift: torch.Tensor) -> None:
+    """Add `shift` to the Linear's bias, creating the bias when the Linear has none."""
+    if linear.bias is None:
+        linear.bias = nn.Parameter(torch.zeros(linear.out_features, dtype=linear.weight.dtype, device=linear.weight.device))
+    linear.bias.data.add_(shift.to(linear.bias.device))

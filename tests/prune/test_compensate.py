@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gapprune
+from gapprune.calibrate import capture_layer_inputs
+from gapprune.export import save
+from gapprune.models import get_adapter
+from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.prune.compensate import GramStats, gram_hooks, reconstruction_error
+from tests.helpers import tiny_profile
+
+
+@pytest.fixture
+def calibrated(llama):
+    ids = torch.randint(0, 256, (16, 64), generator=torch.Generator().manual_seed(5))
+    profile = tiny_profile(llama, ids)
+    gram = GramStats()
+    capture_layer_inputs(get_adapter(llama), ids, batch_size=2, extra_hooks=gram_hooks(get_adapter(llama), gram),
+                         progress=False)
+    profile.gram = gram
+    return llama, ids, profile
+
+
+def kl_to(dense, model, ids):
+    with torch.inference_mode():
+        p = F.log_softmax(dense(input_ids=ids).logits, -1)
+        q = F.log_softmax(model(input_ids=ids).logits, -1)
+    return float((p.exp() * (p - q)).sum(-1).mean())
+
+
+def pruned(model, profile, method, ratio=0.3):
+    plan = plan_from_allocation(profile, allocate(profile, ratio, "uniform"), {"ratio": ratio})
+    out = copy.deepcopy(model)
+    summary = prune_model_(out, plan, method, profile.gram)
+    return out, plan, summary
+
+
+def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
+    model, ids, profile = calibrated
+    plain, plan, _ = pruned(model, profile, "none")
+    lsq, _, summary = pruned(model, profile, "lsq")
+    assert summary["applied"] > 0
+    dense_adapter, a_plain, a_lsq = get_adapter(model), get_adapter(plain), get_adapter(lsq)
+    layer = next(lp.layer for lp in plan.layers if 0 < len(lp.mlp.kept) < 128)
+    kept = torch.tensor(plan.layers[layer].mlp.kept)
+    dense_w = dense_adapter.out_proj(layer, "mlp").weight.data
+    gram = profile.gram.fit[(layer, "mlp")] + profile.gram.held_out[(layer, "mlp")]
+
+    def padded(w):
+        return torch.zeros_like(dense_w).index_copy_(1, kept, w)
+
+    err_plain = reconstruction_error(dense_w, padded(a_plain.out_proj(layer, "mlp").weight.data), gram)
+    err_lsq = reconstruction_error(dense_w, padded(a_lsq.out_proj(layer, "mlp").weight.data), gram)
+    assert err_lsq < err_plain
+    assert kl_to(model, lsq, ids) < kl_to(model, plain, ids)
+
+
+def test_compensation_with_nothing_removed_changes_nothing(calibrated):
+    model, ids, profile = calibrated
+    plan = plan_from_allocation(profile, allocate(profile, 0.3, "uniform"), {"ratio": 0.3})
+    for lp in plan.layers:  # keep everything
+        lp.attn.kept = list(range(4))
+        lp.mlp.kept = list(range(128))
+    out = copy.deepcopy(model)
+    prune_model_(out, plan, "lsq", profile.gram)
+    with torch.inference_mode():
+        assert torch.equal(out(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_bias_compensation_saves_and_reloads_with_identical_logits(calibrated, tmp_path):
+    model, ids, profile = calibrated
+    out, _, summary = pruned(model, profile, "bias")
+    assert summary["applied"] > 0
+    adapter = get_adapter(out)
+    assert any(adapter.out_proj(l, c) is not None and adapter.out_proj(l, c).bias is not None
+               for l in range(4) for c in ("attn", "mlp"))
+    folder = save(out, None, tmp_path / "biased")
+    reloaded, _ = gapprune.load(str(folder))
+    with torch.inference_mode():
+        assert torch.equal(reloaded(input_ids=ids).logits, out(input_ids=ids).logits)
