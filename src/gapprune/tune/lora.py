@@ -1,0 +1,149 @@
+"""LoRA recovery tuning with peft: wrap -> train -> merge_and_unload, resumable from a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
+
+log = logging.getLogger(__name__)
+LINEAR_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    data: str = field(default="alpaca", metadata={"help": "alpaca (data folder, then hub) or an Alpaca-format .json/.jsonl"})
+    data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA)"})
+    rank: int = field(default=8, metadata={"help": "LoRA rank"})
+    alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
+    dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
+    cutoff: int = field(default=256, metadata={"help": "tokens per example"})
+    epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
+    max_steps: int = field(default=0, metadata={"help": "stop after this many optimiser steps (0: epochs decide)"})
+    max_examples: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
+    batch_size: int = field(default=4, metadata={"help": "examples per step"})
+    val_examples: int = field(default=64, metadata={"help": "held-out examples for validation loss"})
+    eval_every: int = field(default=50, metadata={"help": "steps between validation losses"})
+    save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
+    train_on_inputs: bool = field(default=True, metadata={"help": "also train on the prompt tokens (LLM-Pruner default)"})
+    dtype: str = field(default="float32", metadata={"help": "training dtype: float32 or bfloat16"})
+    seed: int = field(default=0, metadata={"help": "seed for shuffling and LoRA init"})
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError("--dtype must be float32 or bfloat16")
+        if self.rank <= 0 or self.cutoff < 8 or self.batch_size <= 0:
+            raise ValueError("--rank, --cutoff (>= 8) and --batch-size must be positive")
+
+
+@dataclass
+class TuneResult:
+    steps: int
+    examples_seen: int
+    train_loss: list[float]
+    val_loss: list[tuple[int, float]]
+    wall_s: float
+
+
+@torch.no_grad()
+def _mean_loss(model: nn.Module, examples: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int, batch: int) -> float:
+    model.eval()
+    losses = []
+    for i in range(0, len(examples), batch):
+        inputs = collate(examples[i : i + batch], pad_id)
+        losses.append(float(model(**{k: v.to(model.device) for k, v in inputs.items()}).loss))
+    model.train()
+    return sum(losses) / max(len(losses), 1)
+
+
+def lora_tune(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: TuneConfig, checkpoint_dir: Path | None = None
+) -> tuple[nn.Module, TuneResult]:
+    """Train LoRA adapters on all linear projections, then merge them into the weights.
+
+    Returns the merged plain model (same parameter count as the input) and the training record.
+    """
+    import time
+
+    try:
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+        from peft.utils import get_peft_model_state_dict
+    except ImportError as err:
+        raise ImportError("LoRA tuning needs peft: pip install 'gapprune[tune]'") from err
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    records = load_alpaca_records(config.data, config.data_dir)
+    random.Random(config.seed).shuffle(records)
+    if config.max_examples:
+        records = records[: config.max_examples + config.val_examples]
+    examples = tokenize_examples(records, tokenizer, config.cutoff, config.train_on_inputs)
+    val, train = examples[: config.val_examples], examples[config.val_examples :]
+    if not train:
+        raise ValueError("no training examples left after the validation split; lower --val-examples")
+    dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
+    model.to(dtype)
+    targets = sorted({name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)} & set(LINEAR_PROJECTIONS))
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
+                      task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, lora)
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr)
+    steps_per_epoch = math.ceil(len(train) / config.batch_size)
+    total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
+    step = 0
+    state_file = checkpoint_dir / "trainer_state.json" if checkpoint_dir else None
+    if state_file is not None and state_file.is_file():
+        state = json.loads(state_file.read_text())
+        set_peft_model_state_dict(peft_model, torch.load(checkpoint_dir / "adapter.pt", weights_only=True))
+        optimizer.load_state_dict(torch.load(checkpoint_dir / "optimizer.pt", weights_only=True))
+        step = int(state["step"])
+        log.info("resuming LoRA tuning at step %d", step)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    order = list(range(len(train)))
+    result = TuneResult(step, 0, [], [], 0.0)
+    peft_model.train()
+    bar = tqdm(total=total_steps, initial=step, desc="LoRA", unit="step")
+    while step < total_steps:
+        epoch, offset = divmod(step * config.batch_size, len(train))
+        random.Random(config.seed + epoch).shuffle(order)
+        chunk = [train[i] for i in order[offset : offset + config.batch_size]]
+        batch = collate(chunk, pad_id)
+        loss = peft_model(**{k: v.to(peft_model.device) for k, v in batch.items()}).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        result.train_loss.append(round(float(loss.detach()), 5))
+        result.examples_seen += len(chunk)
+        bar.set_postfix(loss=f"{result.train_loss[-1]:.3f}")
+        bar.update()
+        if val and (step % config.eval_every == 0 or step == total_steps):
+            result.val_loss.append((step, round(_mean_loss(peft_model, val, pad_id, config.batch_size), 5)))
+            log.info("step %d: validation loss %.4f", step, result.val_loss[-1][1])
+        if checkpoint_dir is not None and (step % config.save_every == 0 or step == total_steps):
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            torch.save(get_peft_model_state_dict(peft_model), checkpoint_dir / "adapter.pt")
+            torch.save(optimizer.state_dict(), checkpoint_dir / "optimizer.pt")
+            state_file.write_text(json.dumps({"step": step, "config": asdict(config)}))
+    bar.close()
+    merged = peft_model.merge_and_unload()
+    merged.to(torch.float32).eval()
+    result.steps = step
+    result.wall_s = round(time.perf_counter() - start, 2)
+    return merged, result
+
+
+def result_record(result: TuneResult) -> dict[str, Any]:
+    return asdict(result)

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+
+import torch
+
+import gapprune
+from gapprune.export import save
+from gapprune.models import get_adapter
+from gapprune.tune import TuneConfig, lora_tune
+from tests.evaluate.test_eval_bench import byte_tokenizer
+
+
+def test_lora_tuning_lowers_loss_keeps_parameter_count_and_reloads(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = byte_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=512)
+    config.architectures = ["LlamaForCausalLM"]
+    model = LlamaForCausalLM(config).eval()
+    get_adapter(model).prune_mlp_(0, list(range(40)))  # heterogeneous, like a pruned model
+    get_adapter(model).record_shapes_()
+    params = sum(p.numel() for p in model.parameters())
+    data = tmp_path / "alpaca.json"
+    data.write_text(json.dumps([{"instruction": "Say hi.", "input": "", "output": "hi hi hi"}] * 24))
+    tuned, result = lora_tune(
+        model, tokenizer,
+        TuneConfig(data=str(data), rank=4, lr=5e-3, cutoff=64, max_steps=12, batch_size=4, val_examples=4, eval_every=6),
+        checkpoint_dir=tmp_path / "ckpt",
+    )
+    assert result.steps == 12 and (tmp_path / "ckpt" / "trainer_state.json").is_file()
+    assert sum(result.train_loss[-3:]) < sum(result.train_loss[:3])
+    assert result.val_loss[-1][1] < result.val_loss[0][1]
+    assert sum(p.numel() for p in tuned.parameters()) == params
+    assert not any("lora" in name for name, _ in tuned.named_parameters())
+    folder = save(tuned, tokenizer, tmp_path / "tuned")
+    reloaded, _ = gapprune.load(str(folder))
+    ids = torch.randint(0, len(tokenizer), (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert torch.equal(reloaded(input_ids=ids).logits, tuned(input_ids=ids).logits)
