@@ -1,0 +1,115 @@
+"""Render docs/results.md (tables) and docs/results/allocators_ppl.png from the JSON records.
+
+    python benchmarks/render_results.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+RESULTS = Path("docs/results")
+ALLOCATORS = ["gap", "uniform", "global", "depth", "owl"]
+
+
+def load(name: str) -> list[dict]:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def dense_section(records: list[dict]) -> list[str]:
+    if not records:
+        return []
+    lines = [
+        "## Dense SmolLM2-135M perplexity (full test splits)", "",
+        f"Machine: {records[0]['machine']}; date {records[0]['date']}. Command: "
+        "`python benchmarks/dense_ppl.py --data-dir ../shared/data --out docs/results/dense.json` "
+        "(rows joined with blank lines, tokenised once without BOS, non-overlapping windows).", "",
+        "| dataset | split | seq_len | windows | tokens | ppl | wall (s) |", "|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r['dataset']} | {r['split']} | {r['seq_len']} | {r['windows']} | {r['tokens']:,} | {r['ppl']:.3f} | "
+              f"{r['wall_s']:.0f} |" for r in records]
+    return lines + [""]
+
+
+def allocator_section(records: list[dict]) -> list[str]:
+    ppl = [r for r in records if r.get("kind") == "ppl"]
+    if not ppl:
+        return []
+    meta = ppl[0]
+    lines = [
+        "## Allocators on SmolLM2-135M (same loss table, criterion `activation`, no compensation)", "",
+        f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. Calibration: 32 windows x 128 "
+        "tokens of WikiText-2 *validation* (statistics), the first 4 of them (512 tokens) for the KL loss table; "
+        "MLP options every 48 channels, every 4th replayed and the rest interpolated. One loss table serves all ratios.", "",
+    ]
+    phases = [r for r in records if r.get("kind") == "phase" and "allocator" not in r]
+    if phases:
+        lines += ["Phase times of the shared profile: " + ", ".join(f"{r['phase']} {r['wall_s']:.1f} s" for r in phases)
+                  + "; per allocator and ratio the DP/allocation and surgery times are in `allocators.json`.", ""]
+    cells: dict[tuple, dict] = {}
+    for r in ppl:
+        cells[(r["allocator"], r["target_ratio"], r["dataset"], r["seq_len"], r["windows"])] = r
+    for dataset, seq_len, windows in [("wikitext2", 128, 256), ("ptb", 128, 256), ("wikitext2", 2048, 16)]:
+        dense = cells.get(("dense", 0.0, dataset, seq_len, windows))
+        lines += [f"### {dataset} test, first {windows} windows of {seq_len} tokens"
+                  + (f" (dense: {dense['ppl']:.2f})" if dense else ""), "",
+                  "| ratio | " + " | ".join(ALLOCATORS) + " | GAP vs best baseline |",
+                  "|---|" + "---|" * (len(ALLOCATORS) + 1)]
+        for ratio in sorted({r["target_ratio"] for r in ppl if r["target_ratio"]}):
+            row = [cells.get((a, ratio, dataset, seq_len, windows)) for a in ALLOCATORS]
+            values = [f"{c['ppl']:.2f} ({100 * c['achieved_ratio']:.1f}%)" if c else "–" for c in row]
+            base = [c["ppl"] for a, c in zip(ALLOCATORS, row) if c and a != "gap"]
+            delta = f"{100 * (row[0]['ppl'] / min(base) - 1):+.1f}%" if row[0] and base else "–"
+            lines.append(f"| {100 * ratio:.1f}% | " + " | ".join(values) + f" | {delta} |")
+        lines.append("")
+    full = [r for r in ppl if r["windows"] > 1000]
+    if full:
+        lines += ["### Full WikiText-2 test at 128 tokens, 25%", "", "| allocator | windows | ppl |", "|---|---|---|"]
+        lines += [f"| {r['allocator']} | {r['windows']} | {r['ppl']:.3f} |" for r in full] + [""]
+    lines += ["Cells give perplexity and, in brackets, the achieved reduction of all parameters (embeddings included).",
+              "", "![perplexity vs ratio](results/allocators_ppl.png)", ""]
+    plot(ppl)
+    return lines
+
+
+def plot(ppl: list[dict]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in ppl:
+        if r["dataset"] == "wikitext2" and r["seq_len"] == 128 and r["windows"] == 256 and r["allocator"] != "dense":
+            series[r["allocator"]].append((r["target_ratio"], r["ppl"]))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in ALLOCATORS:
+        if series[name]:
+            xs, ys = zip(*sorted(series[name]))
+            ax.plot([100 * x for x in xs], ys, marker="o", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("parameters removed (% of the model)")
+    ax.set_ylabel("WikiText-2 perplexity (T=128, 256 windows)")
+    ax.set_title("SmolLM2-135M: allocators, same criterion and data")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "allocators_ppl.png", dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
+    lines += dense_section(load("dense.json"))
+    lines += allocator_section(load("allocators.json"))
+    extra = Path("docs/results_notes.md")
+    if extra.exists():
+        lines += [extra.read_text()]
+    Path("docs/results.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
