@@ -63,7 +63,7 @@ def main() -> None:
     config = PruneConfig(
         ratio=0.25, allocator="gap", criterion="activation", metric="kl", calib="wikitext2", calib_split="validation",
         calib_samples=args.calib_samples, profile_samples=args.profile_samples, seq_len=128, batch_size=4,
-        mlp_stride=args.mlp_stride, data_dir=args.data_dir,
+        mlp_stride=args.mlp_stride, data_dir=args.data_dir, compensate="none",
         loss_table=str(table_path) if table_path.exists() else None,
     )
     profile = profile_model(model, tokenizer, config)

@@ -73,12 +73,13 @@ def data_dir() -> Path:
 def no_stray_files() -> object:
     """Fail a test that leaves files in the repository (write under tmp_path instead)."""
     def snapshot() -> set[str]:
-        skip = {".git", ".venv", ".pytest_cache", "__pycache__", "runs"}
-        return {
-            str(p.relative_to(REPO))
-            for p in REPO.rglob("*")
-            if not any(part in skip or part.endswith(".egg-info") for part in p.relative_to(REPO).parts)
-        }
+        skip = {".git", ".venv", ".pytest_cache", "__pycache__", "runs", ".mypy_cache", ".ruff_cache"}
+        found = set()
+        for root, dirs, files in os.walk(REPO):
+            dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]
+            found.update(os.path.relpath(os.path.join(root, f), REPO) for f in files)
+        return found
+
     before = snapshot()
     yield
     stray = snapshot() - before
