@@ -13,11 +13,10 @@ from gapprune.config import PruneConfig, config_fields
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    for name, default, required, help_text in config_fields(cls):
+    for name, default, required, help_text, kind in config_fields(cls):
         if name in skip:
             continue
         flag = "--" + name.replace("_", "-")
-        kind = type(default) if default is not None else str
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:

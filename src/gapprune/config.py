@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,14 @@ class PruneConfig:
         return asdict(self)
 
 
-def config_fields(cls: type) -> list[tuple[str, Any, bool, str]]:
-    """(name, default, required, help) for every field of a config dataclass."""
+def config_fields(cls: type) -> list[tuple[str, Any, bool, str, type]]:
+    """(name, default, required, help, type) for every field of a config dataclass; Optional[X] gives X."""
+    hints = get_type_hints(cls)
     out = []
     for f in fields(cls):
         required = f.default is MISSING and f.default_factory is MISSING
         default = None if required else (f.default if f.default is not MISSING else f.default_factory())
-        out.append((f.name, default, required, f.metadata.get("help", "")))
+        kind = hints[f.name]
+        args = [a for a in get_args(kind) if a is not type(None)]
+        out.append((f.name, default, required, f.metadata.get("help", ""), args[0] if args else kind))
     return out
