@@ -24,8 +24,10 @@ def dense_section(records: list[dict]) -> list[str]:
     lines = [
         "## Dense SmolLM2-135M perplexity (full test splits)", "",
         f"Machine: {records[0]['machine']}; date {records[0]['date']}. Command: "
-        "`python benchmarks/dense_ppl.py --data-dir ../shared/data --out docs/results/dense.json` "
-        "(rows joined with blank lines, tokenised once without BOS, non-overlapping windows).", "",
+        "`python benchmarks/dense_ppl.py --data-dir ../shared/data --datasets D --seq-lens T --out docs/results/dense.json` "
+        "(rows joined with blank lines, tokenised once without BOS, non-overlapping windows). "
+        "Wall times were taken while other benchmark jobs shared the two cores, so they overstate the cost "
+        "on an idle machine.", "",
         "| dataset | split | seq_len | windows | tokens | ppl | wall (s) |", "|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['dataset']} | {r['split']} | {r['seq_len']} | {r['windows']} | {r['tokens']:,} | {r['ppl']:.3f} | "
