@@ -10,8 +10,8 @@ import torch
 
 import gapprune
 from gapprune.cli import main
-from gapprune.evaluate.perplexity import perplexity
 from gapprune.data import consecutive_windows, load_text, tokenize_text
+from gapprune.evaluate.perplexity import perplexity
 from gapprune.models import get_adapter
 
 pytestmark = pytest.mark.slow

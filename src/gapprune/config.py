@@ -21,6 +21,7 @@ class PruneConfig:
     seq_len: int = field(default=128, metadata={"help": "tokens per calibration window"})
     batch_size: int = field(default=8, metadata={"help": "windows per forward pass"})
     channel_step: int = field(default=0, metadata={"help": "MLP channels per option step; 0 = intermediate/32 rounded to 8"})
+    profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: exact (replay every option) or fisher (second-order estimate, one backward per batch)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
@@ -39,6 +40,8 @@ class PruneConfig:
             raise ValueError("--profile-samples cannot exceed --calib-samples (profiling uses a prefix of them)")
         if self.compensate not in ("lsq", "bias", "none"):
             raise ValueError(f"--compensate must be lsq, bias or none, got {self.compensate!r}")
+        if self.profiler not in ("exact", "fisher"):
+            raise ValueError(f"--profiler must be exact or fisher, got {self.profiler!r}")
         if self.refine < 0:
             raise ValueError("--refine must be >= 0")
 

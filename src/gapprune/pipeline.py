@@ -25,6 +25,8 @@ from gapprune.data import load_text, sample_windows, self_generated_windows, tok
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import COMPONENTS, ModelAdapter, get_adapter
 from gapprune.profiling import LossTable, build_loss_table
+from gapprune.profiling.batched import build_loss_table_batched
+from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.prune import Plan, apply_plan_, default_channel_step, make_plan
 from gapprune.prune.compensate import GramStats, compensate_, gram_hooks
 
@@ -103,10 +105,14 @@ def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: 
     else:
         step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
         with _timed(timings, "profiling"):
-            table = build_loss_table(
-                adapter, profile_inputs, scores, metric=config.metric, channel_step=step,
-                mlp_stride=config.mlp_stride, measure=needs_loss_table(config),
-            )
+            if not needs_loss_table(config):
+                table = build_loss_table(adapter, profile_inputs, scores, channel_step=step, measure=False)
+            elif config.profiler == "fisher":
+                table = build_loss_table_fisher(adapter, ids, scores, metric=config.metric, channel_step=step,
+                                                batch_size=config.batch_size, seed=config.seed)
+            else:
+                table = build_loss_table_batched(adapter, profile_inputs, scores, metric=config.metric,
+                                                 channel_step=step, mlp_stride=config.mlp_stride)
     return Profile(adapter, inputs, stats, scores, table, total, profile_inputs, gram, timings)
 
 

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import torch
 
-from gapprune.prune.options import attention_options, default_channel_step, mlp_options, select_channels, select_heads
+from gapprune.prune.options import (
+    attention_options,
+    default_channel_step,
+    mlp_options,
+    select_channels,
+    select_heads,
+)
 
 
 def test_attention_options_cover_every_pair_full_first_removed_last():

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gapprune.allocate.base import ALLOCATORS, Allocation, AllocationContext, check_budget, fit_fractions_to_budget
+from gapprune.allocate.base import (
+    ALLOCATORS,
+    Allocation,
+    AllocationContext,
+    check_budget,
+    fit_fractions_to_budget,
+)
 from gapprune.allocate.knapsack import InfeasibleBudget
 from gapprune.models.adapter import COMPONENTS
 

@@ -20,7 +20,13 @@ from gapprune.allocate.gap import gap_allocator
 from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.loss_table import LossTable, UnitMasks, dense_reference, measured_options, replay_metric
+from gapprune.profiling.loss_table import (
+    LossTable,
+    UnitMasks,
+    dense_reference,
+    measured_options,
+    replay_metric,
+)
 from gapprune.prune.plan import kept_units
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ class UnitScores:
 
 def column_energy(weight: torch.Tensor) -> torch.Tensor:
     """||W[:, j]||² for each input column j of a Linear weight (out, in). -> (in,)"""
-    return weight.detach().double().square().sum(0)
+    return weight.detach().double().square().sum(0).cpu()  # statistics live on the CPU
 
 
 def per_head(values: torch.Tensor, head_dim: int) -> torch.Tensor:

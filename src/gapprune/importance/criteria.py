@@ -23,13 +23,13 @@ def magnitude(context: ScoringContext, layer: int, component: str) -> torch.Tens
     linears = adapter.component_weights(layer, component)
     if component == "mlp":
         gate, up, down = linears
-        return gate.weight.double().square().sum(1) + up.weight.double().square().sum(1) + column_energy(down.weight)
+        return (gate.weight.double().square().sum(1) + up.weight.double().square().sum(1)).cpu() + column_energy(down.weight)
     q, k, v, o = linears
     hd = adapter.head_dim
     shape = adapter.layer_shape(layer)
     n_rep = shape.n_heads // shape.n_kv_heads
-    own = per_head(q.weight.double().square().sum(1), hd) + per_head(column_energy(o.weight), hd)
-    shared = per_head(k.weight.double().square().sum(1) + v.weight.double().square().sum(1), hd)  # (n_kv,)
+    own = per_head(q.weight.double().square().sum(1).cpu(), hd) + per_head(column_energy(o.weight), hd)
+    shared = per_head((k.weight.double().square().sum(1) + v.weight.double().square().sum(1)).cpu(), hd)  # (n_kv,)
     return own + shared.repeat_interleave(n_rep) / n_rep
 
 

@@ -135,10 +135,11 @@ def slice_linear(linear: nn.Linear, rows: torch.Tensor | None = None, cols: torc
     weight = linear.weight.data  # (out, in)
     bias = linear.bias.data if linear.bias is not None else None
     if rows is not None:
+        rows = rows.to(weight.device)
         weight = weight.index_select(0, rows)
         bias = bias.index_select(0, rows) if bias is not None else None
     if cols is not None:
-        weight = weight.index_select(1, cols)
+        weight = weight.index_select(1, cols.to(weight.device))
     out_features, in_features = weight.shape
     new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
     new.weight.data.copy_(weight)

@@ -158,7 +158,7 @@ def replay_metric(
     norm, head = adapter.final_norm(), adapter.lm_head()
     total, positions = 0.0, 0
     for b in range(inputs.n_batches):
-        hidden = inputs.hidden[start][b].to(device)
+        hidden = inputs.hidden[start][b].to(device, next(adapter.model.parameters()).dtype)
         for layer in range(start, adapter.n_layers):
             kwargs = {k: _to_device(v, device) for k, v in inputs.kwargs[layer][b].items()}
             hidden = run_layer(adapter.layers[layer], hidden, kwargs)
@@ -176,6 +176,43 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
+@dataclass
+class OptionGrid:
+    """The options every layer offers, their parameter costs, and which of them are replayed."""
+
+    options: dict[str, list[list[int]]]
+    removed: dict[str, np.ndarray]  # (n_layers, n_options) parameters removed
+    measured: dict[str, list[int]]  # option indices replayed; the others are interpolated
+
+    def empty_loss(self) -> dict[str, np.ndarray]:
+        return {c: np.zeros(v.shape) for c, v in self.removed.items()}
+
+    def interpolate_(self, loss: dict[str, np.ndarray], layer: int) -> None:
+        """Fill the options that were not replayed, linearly in parameters removed."""
+        for c, picked in self.measured.items():
+            if len(picked) < len(self.options[c]):
+                loss[c][layer] = np.interp(self.removed[c][layer], self.removed[c][layer, picked], loss[c][layer, picked])
+
+
+def option_grid(adapter: ModelAdapter, channel_step: int, mlp_stride: int = 1) -> OptionGrid:
+    options = component_options(adapter, 0, channel_step)
+    for layer in range(adapter.n_layers):
+        if component_options(adapter, layer, channel_step) != options:
+            raise ValueError("profiling needs every layer to have the same shape (start from a dense model)")
+    removed = {c: np.zeros((adapter.n_layers, len(options[c])), dtype=np.int64) for c in COMPONENTS}
+    for layer in range(adapter.n_layers):
+        for c in COMPONENTS:
+            full = adapter.component_params(layer, c)
+            for k, option in enumerate(options[c]):
+                removed[c][layer, k] = full - option_params(adapter, layer, c, option)
+    measured = {c: measured_options(len(options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}
+    return OptionGrid(options, removed, measured)
+
+
+def calibration_tokens(inputs: LayerInputs) -> int:
+    return sum(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+
+
 @torch.inference_mode()
 def build_loss_table(
     adapter: ModelAdapter,
@@ -188,46 +225,35 @@ def build_loss_table(
     measure: bool = True,
     progress: bool = True,
 ) -> LossTable:
-    """Measure ΔL for every option of every component of every layer (the exact reference profiler).
+    """Measure ΔL for every option of every component of every layer: the exact reference profiler.
 
-    With `mlp_stride` s > 1 only every s-th MLP option (and the last, the removed MLP) is replayed;
-    the options between are interpolated linearly in parameters removed. Attention options are
-    always all measured. With `measure=False` only the parameter costs are filled (ΔL stays 0):
-    enough for allocators that do not read ΔL.
+    One option at a time, full logits: simple and slow; `batched.build_loss_table_batched` gives the
+    same table faster and is what the pipeline uses. With `mlp_stride` s > 1 only every s-th MLP
+    option (and the last, the removed MLP) is replayed; the options between are interpolated
+    linearly in parameters removed. Attention options are always all measured. With
+    `measure=False` only the parameter costs are filled (ΔL stays 0): enough for allocators that
+    do not read ΔL.
     """
     METRICS.get(metric)  # fail early on an unknown name
     device = next(adapter.model.parameters()).device
-    reference = dense_reference(adapter, inputs, device) if measure else DenseReference([], [], [])
-    options = component_options(adapter, 0, channel_step)
-    for layer in range(adapter.n_layers):
-        if component_options(adapter, layer, channel_step) != options:
-            raise ValueError("profiling needs every layer to have the same shape (start from a dense model)")
-    loss = {c: np.zeros((adapter.n_layers, len(options[c]))) for c in COMPONENTS}
-    removed = {c: np.zeros((adapter.n_layers, len(options[c])), dtype=np.int64) for c in COMPONENTS}
-    measured = {c: measured_options(len(options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}
-    if not measure:
-        measured = {c: [0] for c in COMPONENTS}
-    total = adapter.n_layers * sum(len(v) - 1 for v in measured.values())
-    bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
+    grid = option_grid(adapter, channel_step, mlp_stride)
+    loss = grid.empty_loss()
     start_time = time.perf_counter()
-    for layer in range(adapter.n_layers):
-        base = replay_metric(adapter, inputs, layer, metric, reference, device) if measure else 0.0
-        for component in COMPONENTS:
-            full = adapter.component_params(layer, component)
-            for k, option in enumerate(options[component]):
-                removed[component][layer, k] = full - option_params(adapter, layer, component, option)
-            for k in measured[component][1:]:
-                kept = kept_units(scores, adapter, layer, component, options[component][k])
-                with masked_units(adapter, layer, component, kept):
-                    value = replay_metric(adapter, inputs, layer, metric, reference, device)
-                loss[component][layer, k] = value - base
-                bar.update()
-            if measure and len(measured[component]) < len(options[component]):  # fill the skipped options
-                loss[component][layer] = np.interp(
-                    removed[component][layer], removed[component][layer, measured[component]],
-                    loss[component][layer, measured[component]],
-                )
-    bar.close()
-    tokens = sum(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
-    meta = {"tokens": tokens, "channel_step": channel_step, "mlp_stride": mlp_stride, "measured": measure, "wall_s": round(time.perf_counter() - start_time, 2)}
-    return LossTable(metric=metric, criterion=scores.criterion, options=options, loss=loss, removed=removed, meta=meta)
+    if measure:
+        reference = dense_reference(adapter, inputs, device)
+        total = adapter.n_layers * sum(len(v) - 1 for v in grid.measured.values())
+        bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
+        for layer in range(adapter.n_layers):
+            base = replay_metric(adapter, inputs, layer, metric, reference, device)
+            for component in COMPONENTS:
+                for k in grid.measured[component][1:]:
+                    kept = kept_units(scores, adapter, layer, component, grid.options[component][k])
+                    with masked_units(adapter, layer, component, kept):
+                        value = replay_metric(adapter, inputs, layer, metric, reference, device)
+                    loss[component][layer, k] = value - base
+                    bar.update()
+            grid.interpolate_(loss, layer)
+        bar.close()
+    meta = {"profiler": "reference", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
+            "mlp_stride": mlp_stride, "measured": measure, "wall_s": round(time.perf_counter() - start_time, 2)}
+    return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed, meta=meta)

@@ -42,7 +42,7 @@ def make_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Te
                    device: torch.device) -> DenseReference:
     probs, neg_entropy = [], []
     for hidden in final_hidden:
-        log_p = F.log_softmax(head_logits(norm, head, hidden.to(device)), dim=-1)  # (B, T, V)
+        log_p = F.log_softmax(head_logits(norm, head, hidden.to(device, head.weight.dtype)), dim=-1)  # (B, T, V)
         p = log_p.exp()
         probs.append(p)
         neg_entropy.append((p * log_p).sum(-1))

@@ -110,7 +110,7 @@ def compensate_(
             continue  # removed entirely (nothing to fit) or nothing removed
         key = (layer, component)
         kept = torch.tensor(cols)
-        padded = lambda w: torch.zeros_like(dense).index_copy_(1, kept, w)  # noqa: E731
+        padded = lambda w: torch.zeros_like(dense).index_copy_(1, kept, w)
         before = reconstruction_error(dense, padded(out.weight.data), stats.held_out[key])
         if method == "lsq":
             new_weight = lsq_weights(dense, stats.fit[key], kept, ridge)

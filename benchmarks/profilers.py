@@ -1,0 +1,232 @@
+"""Profilers on SmolLM2-135M: where the time goes, exact (reference vs batched) vs Fisher, calibration size.
+
+`timing`: at one calibration size (default 1,024 tokens = the default 8 windows x 128), the cost of
+the profiler's parts, the wall time of the reference, batched-exact and Fisher profilers, how far
+their tables agree, and WikiText-2 perplexity of the GAP plans at 25% and 50% from each table.
+`calib`: tables at several calibration sizes (exact and Fisher, optionally bf16), how stable the
+ranking and the plans are against the largest size, and the perplexity of each plan.
+Plans are applied without compensation so that only the table differs.
+
+    python benchmarks/profilers.py timing --data-dir ../shared/data --out docs/results/performance.json
+    python benchmarks/profilers.py calib --device cuda --tokens 512,1024,2048,4096,8192 --out calib.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from result_log import ResultLog
+
+from gapprune.api import evaluate_ppl, load
+from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.capture import move_kwargs, run_layer
+from gapprune.config import PruneConfig
+from gapprune.importance import ScoringContext, score_units
+from gapprune.models import COMPONENTS, get_adapter
+from gapprune.pipeline import Profile, _prefix, allocate, calibration_ids, plan_from_allocation, prune_model_
+from gapprune.profiling.batched import build_loss_table_batched
+from gapprune.profiling.fisher import build_loss_table_fisher, rank_correlation
+from gapprune.profiling.head import logsumexp_logits
+from gapprune.profiling.loss_table import LossTable, build_loss_table, dense_reference
+from gapprune.profiling.metrics import head_logits, kl_metric
+from gapprune.prune import default_channel_step
+
+BATCH = 4  # windows per forward pass: 512 tokens
+RATIOS = [0.25, 0.5]
+
+
+class Study:
+    """The dense model, its calibration inputs and scores, and helpers to turn a table into numbers."""
+
+    def __init__(self, args: argparse.Namespace, windows: int) -> None:
+        self.args = args
+        self.device = torch.device(args.device)
+        self.model, self.tokenizer = load(args.model, device=args.device)
+        self.adapter = get_adapter(self.model)
+        config = PruneConfig(ratio=0.25, calib_samples=windows, profile_samples=windows, seq_len=128, batch_size=BATCH,
+                             data_dir=args.data_dir, compensate="none", device=args.device)
+        self.ids = calibration_ids(self.model, self.tokenizer, config)
+        self.stats = CalibrationStats()
+        self.inputs = capture_layer_inputs(self.adapter, self.ids, batch_size=BATCH,
+                                           extra_hooks=stats_hooks(self.adapter, self.stats), progress=False)
+        self.scores = score_units(ScoringContext(self.adapter, self.stats, {}), "activation")
+        self.step = default_channel_step(self.adapter.layer_shape(0).intermediate)
+        self.total = sum(p.numel() for p in self.model.parameters())
+        self.ppl_cache: dict[tuple, float] = {}
+
+    def prefix(self, tokens: int):  # type: ignore[no-untyped-def]
+        return _prefix(self.inputs, tokens // (BATCH * 128))
+
+    def exact(self, tokens: int, precision: str = "float32") -> LossTable:
+        return build_loss_table_batched(self.adapter, self.prefix(tokens), self.scores, channel_step=self.step,
+                                        mlp_stride=4, precision=precision, max_rows=self.args.max_rows, progress=False)
+
+    def fisher(self, tokens: int) -> LossTable:
+        return build_loss_table_fisher(self.adapter, self.ids[: tokens // 128], self.scores, channel_step=self.step,
+                                       batch_size=BATCH, progress=False)
+
+    def plan_choice(self, table: LossTable, ratio: float) -> dict[str, list[int]]:
+        profile = Profile(self.adapter, self.inputs, self.stats, self.scores, table, self.total)
+        return allocate(profile, ratio, "gap").choice
+
+    def ppl(self, table: LossTable, ratio: float) -> float:
+        choice = self.plan_choice(table, ratio)
+        key = (ratio, json.dumps(choice))
+        if key not in self.ppl_cache:
+            profile = Profile(self.adapter, self.inputs, self.stats, self.scores, table, self.total)
+            plan = plan_from_allocation(profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
+            pruned = copy.deepcopy(self.model)
+            prune_model_(pruned, plan)
+            result = evaluate_ppl(pruned, self.tokenizer, "wikitext2", seq_len=128, max_windows=self.args.windows,
+                                  data_dir=self.args.data_dir, progress=False)
+            self.ppl_cache[key] = result.ppl
+            del pruned
+        return self.ppl_cache[key]
+
+
+def agreement(a: dict[str, list[int]], b: dict[str, list[int]]) -> float:
+    """Fraction of components (layer x attn/mlp) given the same option by two plans."""
+    same = sum(x == y for c in COMPONENTS for x, y in zip(a[c], b[c], strict=True))
+    return same / sum(len(a[c]) for c in COMPONENTS)
+
+
+def synced(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_time(fn, device: torch.device, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
+    fn()
+    times = []
+    for _ in range(repeats):
+        synced(device)
+        start = time.perf_counter()
+        fn()
+        synced(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def breakdown(study: Study, tokens: int) -> dict[str, Any]:
+    """Seconds per calibration pass of `tokens` tokens for each part of one option's replay."""
+    adapter, device, inputs = study.adapter, study.device, study.prefix(tokens)
+    batches = inputs.n_batches
+    hidden = inputs.hidden[0][0].to(device)
+    kwargs = move_kwargs(inputs.kwargs[0][0], device)
+    layer_s = median_time(lambda: run_layer(adapter.layers[0], hidden, kwargs), device) * batches
+    norm, head = adapter.final_norm(), adapter.lm_head()
+    final = inputs.final_hidden[0].to(device)
+    matmul_s = median_time(lambda: head(norm(final)), device) * batches
+    reference = dense_reference(adapter, inputs, device)
+    ref_metric_s = median_time(lambda: kl_metric(head_logits(norm, head, final), 0, reference), device) * batches
+    flat = norm(final).reshape(-1, final.shape[-1])
+    lse_s = median_time(lambda: logsumexp_logits(flat, head, 512), device) * batches
+    L = adapter.n_layers
+    return {
+        "layer_forward_s": round(layer_s, 4), "head_matmul_s": round(matmul_s, 4),
+        "reference_head_and_kl_s": round(ref_metric_s, 4), "batched_head_lse_s": round(lse_s, 4),
+        "replay_from_middle_s": round(L / 2 * layer_s + ref_metric_s, 4),
+        "share_layers_in_reference_replay": round(L / 2 * layer_s / (L / 2 * layer_s + ref_metric_s), 3),
+    }
+
+
+def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    tokens = args.tokens[0]
+    study = Study(args, max(tokens, args.fisher_tokens) // 128)
+    emit({"kind": "breakdown", "tokens": tokens, **breakdown(study, tokens)})
+    tables: dict[str, LossTable] = {}
+    if not args.skip_reference:
+        start = time.perf_counter()
+        tables["reference"] = build_loss_table(study.adapter, study.prefix(tokens), study.scores, channel_step=study.step,
+                                               mlp_stride=4)
+        emit({"profiler": "reference", "tokens": tokens, "wall_s": round(time.perf_counter() - start, 1)})
+    start = time.perf_counter()
+    tables["exact"] = study.exact(tokens)
+    emit({"profiler": "exact", "tokens": tokens, "wall_s": round(time.perf_counter() - start, 1),
+          "options_per_pass": tables["exact"].meta["options_per_pass"]})
+    for fisher_tokens in sorted({tokens, args.fisher_tokens}):
+        start = time.perf_counter()
+        tables[f"fisher@{fisher_tokens}"] = study.fisher(fisher_tokens)
+        emit({"profiler": "fisher", "tokens": fisher_tokens, "wall_s": round(time.perf_counter() - start, 1)})
+    if "reference" in tables:
+        diff = max(float(np.abs(tables["reference"].loss[c] - tables["exact"].loss[c]).max()) for c in COMPONENTS)
+        emit({"compare": "reference vs exact", "max_abs_diff": diff,
+              "spearman": rank_correlation(tables["reference"], tables["exact"]),
+              "same_plan": {str(r): study.plan_choice(tables["reference"], r) == study.plan_choice(tables["exact"], r)
+                            for r in RATIOS}})
+    for name, table in tables.items():
+        if name.startswith("fisher"):
+            emit({"compare": f"exact vs {name}", "tokens": tokens, "spearman": rank_correlation(tables["exact"], table),
+                  "plan_agreement": {str(r): agreement(study.plan_choice(tables["exact"], r), study.plan_choice(table, r))
+                                     for r in RATIOS}})
+    for name, table in tables.items():
+        if name == "reference":
+            continue
+        for ratio in RATIOS:
+            emit({"profiler": name.split("@")[0], "tokens": table.meta["tokens"], "ratio": ratio, "dataset": "wikitext2",
+                  "seq_len": 128, "windows": args.windows, "ppl": study.ppl(table, ratio)})
+
+
+def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    sizes = sorted(args.tokens)
+    study = Study(args, sizes[-1] // 128)
+    tables: dict[tuple[str, int], LossTable] = {}
+    for tokens in sizes:
+        for profiler in ("exact", "fisher"):
+            start = time.perf_counter()
+            tables[(profiler, tokens)] = study.exact(tokens) if profiler == "exact" else study.fisher(tokens)
+            synced(study.device)
+            emit({"kind": "calib_time", "profiler": profiler, "tokens": tokens, "wall_s": round(time.perf_counter() - start, 2)})
+    if args.bf16:
+        start = time.perf_counter()
+        tables[("exact-bf16", args.bf16)] = study.exact(args.bf16, precision="bfloat16")
+        emit({"kind": "calib_time", "profiler": "exact-bf16", "tokens": args.bf16, "wall_s": round(time.perf_counter() - start, 2)})
+    largest = tables[("exact", sizes[-1])]
+    for (profiler, tokens), table in tables.items():
+        row: dict[str, Any] = {"kind": "calib", "profiler": profiler, "tokens": tokens,
+                               "spearman_vs_largest_exact": rank_correlation(largest, table)}
+        if profiler == "exact-bf16":
+            row["spearman_vs_float32_same_tokens"] = rank_correlation(tables[("exact", tokens)], table)
+        for ratio in RATIOS:
+            choice = study.plan_choice(table, ratio)
+            row[f"plan_agreement_{ratio}"] = agreement(study.plan_choice(largest, ratio), choice)
+            if profiler == "exact-bf16":
+                row[f"same_plan_as_float32_{ratio}"] = choice == study.plan_choice(tables[("exact", tokens)], ratio)
+            row[f"ppl_{ratio}"] = study.ppl(table, ratio)
+        row.update({"dataset": "wikitext2", "seq_len": 128, "windows": args.windows})
+        emit(row)
+    if args.save_tables:
+        for (profiler, tokens), table in tables.items():
+            table.save(Path(args.save_tables) / f"table_{profiler}_{tokens}.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["timing", "calib"])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tokens", type=lambda s: [int(x) for x in s.split(",")], default=[1024])
+    parser.add_argument("--fisher-tokens", type=int, default=4096, help="timing: also time Fisher on this many tokens")
+    parser.add_argument("--bf16", type=int, default=0, help="calib: also profile this many tokens under bf16 autocast")
+    parser.add_argument("--windows", type=int, default=256, help="WikiText-2 test windows (x 128) for perplexity")
+    parser.add_argument("--max-rows", type=int, default=4096, help="stacked tokens per batched pass")
+    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--save-tables", default=None, help="calib: folder to save every table in")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    log = ResultLog(args.out, args.device)
+    (timing if args.mode == "timing" else calib)(args, log.emit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The exact ΔL profiler, fast: the same table as the reference `build_loss_table`, in fewer, larger passes.
+
+What changes against the reference (and nothing else, so the table agrees to float tolerance):
+* several options of one component run as one stacked batch: the cached input of layer l is
+  repeated once per option and a pre-hook on the component's output projection multiplies each
+  copy's input by that option's unit mask (equal to zeroing the weight columns, tested);
+* the layer's own dense replay (the ΔL base) rides along in the first stack;
+* the metric needs no vocabulary-sized dense reference and no full logits tensor (`head.py`):
+  the LM head and logsumexp run in row chunks, the dense side is cached hidden-sized;
+* optionally the replay runs under bf16 autocast (`precision="bfloat16"`, for GPUs; check the
+  ranking against float32 before trusting it, see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.importance.base import UnitScores
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.profiling.head import make_head_reference, metric_sums
+from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
+from gapprune.prune.plan import kept_units
+
+Job = tuple[str, int, list[int] | None]  # (component, option index, kept units); index -1 = the dense base
+
+
+def stack_kwargs(kwargs: dict[str, Any], batch: int, copies: int) -> dict[str, Any]:
+    """Repeat every per-sample tensor (leading dim == batch) `copies` times; broadcast ones stay."""
+
+    def expand(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[0] == batch and batch > 1:
+            return value.repeat(copies, *([1] * (value.ndim - 1)))
+        if isinstance(value, tuple):
+            return tuple(expand(v) for v in value)
+        return value
+
+    return {k: expand(v) for k, v in kwargs.items()}
+
+
+@contextlib.contextmanager
+def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[list[int] | None]) -> Iterator[None]:
+    """While active, copy g of the stacked batch sees the component with only units kept[g] (None: all)."""
+    out = adapter.out_proj(layer, component)
+    assert out is not None
+    unit = adapter.head_dim if component == "attn" else 1
+    n_units = out.in_features // unit
+    copies = len(kept)
+    mask = torch.ones(copies, n_units, dtype=out.weight.dtype, device=out.weight.device)
+    for g, units in enumerate(kept):
+        if units is not None:
+            mask[g] = 0
+            mask[g, units] = 1
+    mask = mask.repeat_interleave(unit, dim=1)  # (copies, in_features)
+    emptied = torch.tensor([units is not None and not units for units in kept], device=out.weight.device)
+
+    def pre_hook(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        x = args[0]
+        stacked = x.view(copies, -1, *x.shape[1:])  # (copies, B, T, in)
+        return ((stacked * mask.view(copies, 1, 1, -1)).view_as(x), *args[1:])
+
+    def drop_bias(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+        stacked = output.view(copies, -1, *output.shape[1:])
+        return (stacked - module.bias * emptied.view(copies, 1, 1, 1).to(output.dtype)).view_as(output)
+
+    handles = [out.register_forward_pre_hook(pre_hook)]
+    if out.bias is not None and bool(emptied.any()):
+        handles.append(out.register_forward_hook(drop_bias))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _precision(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    if precision == "float32":
+        return contextlib.nullcontext()
+    if precision == "bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"precision must be float32 or bfloat16, got {precision!r}")
+
+
+@torch.inference_mode()
+def build_loss_table_batched(
+    adapter: ModelAdapter,
+    inputs: LayerInputs,
+    scores: UnitScores,
+    *,
+    metric: str = "kl",
+    channel_step: int,
+    mlp_stride: int = 1,
+    max_rows: int = 4096,
+    chunk_rows: int = 512,
+    precision: str = "float32",
+    layers: list[int] | None = None,
+    progress: bool = True,
+) -> LossTable:
+    """ΔL for every option of every component of every layer, `max_rows` stacked tokens per pass.
+
+    `layers` profiles only those layers (the others stay 0): for timing and cost models.
+    """
+    device = next(adapter.model.parameters()).device
+    grid = option_grid(adapter, channel_step, mlp_stride)
+    loss = grid.empty_loss()
+    start_time = time.perf_counter()
+    norm, head = adapter.final_norm(), adapter.lm_head()
+    reference = make_head_reference(norm, head, inputs.final_hidden, inputs.input_ids, metric, device, chunk_rows)
+    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+    per_pass = max(1, max_rows // batch_tokens)
+    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (metric == "nll")) for h in inputs.final_hidden)
+    layers = list(range(adapter.n_layers)) if layers is None else layers
+    layer_wall: dict[int, float] = {}
+    total = len(layers) * sum(len(v) - 1 for v in grid.measured.values())
+    bar = tqdm(total=total, desc=f"profile ΔL ({metric}, batched)", unit="opt", disable=not progress)
+    with _precision(device, precision):
+        for layer in layers:
+            layer_start = time.perf_counter()
+            values: dict[tuple[str, int], float] = {}
+            for component in COMPONENTS:
+                jobs: list[Job] = [("base", -1, None)] if component == COMPONENTS[0] else []
+                jobs += [(component, k, kept_units(scores, adapter, layer, component, grid.options[component][k]))
+                         for k in grid.measured[component][1:]]
+                for first in range(0, len(jobs), per_pass):
+                    chunk = jobs[first : first + per_pass]
+                    sums = _replay_stacked(adapter, inputs, layer, component, [kept for *_, kept in chunk], reference,
+                                           device, chunk_rows)
+                    for (name, k, _), total_sum in zip(chunk, sums.tolist(), strict=True):
+                        values[(name, k)] = total_sum / positions
+                    bar.update(sum(1 for name, *_ in chunk if name != "base"))
+            base = values[("base", -1)]
+            for (name, k), value in values.items():
+                if name != "base":
+                    loss[name][layer, k] = value - base
+            grid.interpolate_(loss, layer)
+            layer_wall[layer] = round(time.perf_counter() - layer_start, 4)
+    bar.close()
+    meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
+            "mlp_stride": mlp_stride, "measured": True, "precision": precision, "options_per_pass": per_pass,
+            "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
+    return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed,
+                     meta=meta)
+
+
+def _replay_stacked(adapter: ModelAdapter, inputs: LayerInputs, start: int, component: str,
+                    kept: list[list[int] | None], reference: Any, device: torch.device, chunk_rows: int) -> np.ndarray:
+    """Summed metric of each option (copy) over all calibration batches, layers start...L replayed."""
+    copies = len(kept)
+    sums = torch.zeros(copies, dtype=torch.float64, device=device)
+    norm, head = adapter.final_norm(), adapter.lm_head()
+    dtype = next(adapter.model.parameters()).dtype
+    for b in range(inputs.n_batches):
+        hidden = inputs.hidden[start][b].to(device, dtype)
+        batch = hidden.shape[0]
+        hidden = hidden.repeat(copies, 1, 1)
+        for layer in range(start, adapter.n_layers):
+            kwargs = move_kwargs(stack_kwargs(inputs.kwargs[layer][b], batch, copies), device)
+            if layer == start:
+                with option_masks(adapter, layer, component, kept):
+                    hidden = run_layer(adapter.layers[layer], hidden, kwargs)
+            else:
+                hidden = run_layer(adapter.layers[layer], hidden, kwargs)
+        sums += metric_sums(norm, head, hidden, b, reference, copies, chunk_rows)
+    return sums.cpu().numpy()
+
