@@ -103,10 +103,102 @@ def plot(ppl: list[dict]) -> None:
     plt.close(fig)
 
 
+def recovery_section(records: list[dict]) -> list[str]:
+    if not records:
+        return []
+    meta = records[0]
+    cells = {(r["ratio"], r["stage"], r["dataset"]): r for r in records}
+    lora = next((r for r in records if r["stage"] == "lora"), None)
+    lines = [
+        "## Recovery: compensation and LoRA (GAP, SmolLM2-135M)", "",
+        f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. One loss table (the "
+        "allocator benchmark's), Gram statistics from 32 windows x 128 tokens of WikiText-2 validation (even batches "
+        "fit, odd batches check). Perplexity on the first 256 windows of 128 tokens of each test split.", "",
+    ]
+    if lora:
+        lines += [f"LoRA: `gapprune tune` settings through the API on the `lsq` model, {lora['lora_steps']} steps x "
+                  f"{lora['lora_batch']} Alpaca examples ({lora['lora_examples']} examples, cutoff {lora['cutoff']}, "
+                  f"rank {lora['rank']}, lr {lora['lr']}), float32 on the CPU; validation loss (32 held-out examples) "
+                  "by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in lora["val_loss"]) + ".", ""]
+    lines += ["| ratio | stage | WikiText-2 | PTB | stage wall (s) |", "|---|---|---|---|---|"]
+    for ratio in sorted({r["ratio"] for r in records}):
+        for stage in ("dense", "none", "lsq", "bias", "lora"):
+            w, p = cells.get((ratio, stage, "wikitext2")), cells.get((ratio, stage, "ptb"))
+            if w or p:
+                wall = (w or p).get("wall_s")
+                lines.append(f"| {100 * ratio:.0f}% | {stage} | {w['ppl']:.2f} | {p['ppl']:.2f} | "
+                             f"{'' if wall is None else f'{wall:.1f}'} |")
+    return lines + [""]
+
+
+TASKS = ["boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa"]
+
+
+def eval_section(records: list[dict]) -> list[str]:
+    if not records:
+        return []
+    meta = records[0]
+    models = list(dict.fromkeys(r["model"] for r in records))
+    cells = {(r["model"], r["task"]): r for r in records}
+    metric = {r["task"]: r["metric"] for r in records}
+    lines = [
+        "## Zero-shot accuracy (lm-evaluation-harness, local task files)", "",
+        f"Machine: {meta['machine']}; date {meta['date']}. Command per model: `{meta['command']}` with the 7 tasks "
+        "`boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa`, then "
+        "`python benchmarks/collect_eval.py`. Budget: the first "
+        f"{meta['limit']} examples of each task's evaluation split (lm-eval `--limit`, deterministic), not the full "
+        "sets, to fit the 2-core CPU; the standard error of each cell is about ±3.5 points. Pruned models: GAP with "
+        "the default `lsq` compensation, saved and reloaded from their folders.", "",
+        "| model | ratio | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in TASKS) + " | mean |",
+        "|---|---|" + "---|" * (len(TASKS) + 1),
+    ]
+    for m in models:
+        row = [cells.get((m, t)) for t in TASKS]
+        values = [100 * c["value"] for c in row if c]
+        mean = sum(values) / len(values) if values else float("nan")
+        ratio = next(c["ratio"] for c in row if c)
+        lines.append(f"| `{m}` | {100 * ratio:.1f}% | " + " | ".join(f"{100 * c['value']:.1f}" if c else "–" for c in row)
+                     + f" | {mean:.1f} |")
+    return lines + [""]
+
+
+def bench_section(records: list[dict]) -> list[str]:
+    if not records:
+        return []
+    meta = records[0]
+    lines = [
+        "## Speed and memory (`gapprune bench --vs`)", "",
+        f"Machine: {meta['machine']}; date {meta['date']}. Prompt 512 tokens (prefill), then 32 decoded tokens with "
+        "the KV cache; 1 warm-up and 5 timed repetitions, median (min–max). Ideal speedup = dense parameters / "
+        "pruned parameters (every weight read once per token). Peak memory is the process's peak RSS on the CPU. "
+        "Commands in `bench.json`.", "",
+        "| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | decode speedup | prefill speedup "
+        "| ideal |", "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if "speedup" not in r or r["ratio"] == 0:
+            continue
+        lines.append(
+            f"| `{r['model']}` | {100 * r['ratio']:.1f}% | {r['batch']} | {r['prefill_ms']:.0f} "
+            f"({r['prefill_ms_min']:.0f}–{r['prefill_ms_max']:.0f}) | {r['decode_tokens_per_s']:.1f} "
+            f"({r['decode_tokens_per_s_min']:.1f}–{r['decode_tokens_per_s_max']:.1f}) | {r['params']:,} | "
+            f"{r['weights_mb']:.0f} | {r['speedup']:.2f}x | {r['prefill_speedup']:.2f}x | {r['ideal_speedup']:.2f}x |")
+    dense = [r for r in records if r["ratio"] == 0]
+    lines += ["", "Dense reference runs (one per comparison): " + "; ".join(
+        f"batch {r['batch']}: prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.1f} tok/s"
+        for r in dense) + ".", ""]
+    return lines
+
+
 def main() -> None:
     lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
+    lines += recovery_section(load("recovery.json"))
+    lines += eval_section(load("eval.json"))
+    lines += bench_section(load("bench.json"))
+    lines += ["## Profiling cost, Fisher profiler, calibration size", "",
+              "See [performance.md](performance.md).", ""]
     extra = Path("docs/results_notes.md")
     if extra.exists():
         lines += [extra.read_text()]
