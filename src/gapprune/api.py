@@ -60,7 +60,7 @@ def prune(
     plan = plan_from_allocation(profile, allocation, config.to_dict())
     start = time.perf_counter()
     biases_before = _out_proj_bias_params(profile)
-    plan.summary["compensation"] = prune_model_(model, plan, config.compensate, profile.gram)
+    plan.summary["compensation"] = prune_model_(model, plan, config.compensate, profile.gram, config.ridge)
     profile.timings["surgery_and_compensation"] = round(time.perf_counter() - start, 3)
     added = _out_proj_bias_params(profile) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added

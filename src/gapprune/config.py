@@ -24,6 +24,7 @@ class PruneConfig:
     profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: exact (replay every option) or fisher (second-order estimate, one backward per batch)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
+    ridge: float = field(default=0.1, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
@@ -42,6 +43,8 @@ class PruneConfig:
             raise ValueError(f"--compensate must be lsq, bias or none, got {self.compensate!r}")
         if self.profiler not in ("exact", "fisher"):
             raise ValueError(f"--profiler must be exact or fisher, got {self.profiler!r}")
+        if self.ridge < 0:
+            raise ValueError("--ridge must be >= 0")
         if self.refine < 0:
             raise ValueError("--refine must be >= 0")
 

@@ -150,7 +150,8 @@ def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[
     return plan
 
 
-def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None) -> dict[str, Any]:
+def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
+                 ridge: float = 0.1) -> dict[str, Any]:
     """Apply a plan to a dense model in place (physical removal), then optionally compensate."""
     adapter = get_adapter(model)
     if compensate == "none":
@@ -169,7 +170,7 @@ def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: G
         kept[(lp.layer, "attn")] = [h * adapter.head_dim + d for h in lp.attn.kept for d in range(adapter.head_dim)]
         kept[(lp.layer, "mlp")] = list(lp.mlp.kept)
     apply_plan_(adapter, plan)
-    summary = compensate_(adapter, dense_out, kept, gram, compensate)
+    summary = compensate_(adapter, dense_out, kept, gram, compensate, ridge)
     adapter.record_shapes_()  # bias compensation may have added biases
     return summary
 

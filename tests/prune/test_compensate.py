@@ -11,7 +11,7 @@ from gapprune.calibrate import capture_layer_inputs
 from gapprune.export import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
-from gapprune.prune.compensate import GramStats, gram_hooks, reconstruction_error
+from gapprune.prune.compensate import GramStats, affine_error, gram_hooks
 from tests.helpers import tiny_profile
 
 
@@ -33,10 +33,10 @@ def kl_to(dense, model, ids):
     return float((p.exp() * (p - q)).sum(-1).mean())
 
 
-def pruned(model, profile, method, ratio=0.3):
+def pruned(model, profile, method, ratio=0.3, ridge=0.1):
     plan = plan_from_allocation(profile, allocate(profile, ratio, "uniform"), {"ratio": ratio})
     out = copy.deepcopy(model)
-    summary = prune_model_(out, plan, method, profile.gram)
+    summary = prune_model_(out, plan, method, profile.gram, ridge)
     return out, plan, summary
 
 
@@ -49,14 +49,16 @@ def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
     layer = next(lp.layer for lp in plan.layers if 0 < len(lp.mlp.kept) < 128)
     kept = torch.tensor(plan.layers[layer].mlp.kept)
     dense_w = dense_adapter.out_proj(layer, "mlp").weight.data
-    gram = profile.gram.fit[(layer, "mlp")] + profile.gram.held_out[(layer, "mlp")]
+    key = (layer, "mlp")
+    gram = profile.gram.fit[key] + profile.gram.held_out[key]
+    total, n = profile.gram.sums[key][0] + profile.gram.sums[key][1], sum(profile.gram.counts[key])
 
-    def padded(w):
-        return torch.zeros_like(dense_w).index_copy_(1, kept, w)
+    def error(linear):  # Σ over all calibration tokens of ||dense output − pruned output||²
+        diff = dense_w - torch.zeros_like(dense_w).index_copy_(1, kept, linear.weight.data)
+        bias = linear.bias.data if linear.bias is not None else torch.zeros(dense_w.shape[0])
+        return affine_error(diff, bias, gram, total, n)
 
-    err_plain = reconstruction_error(dense_w, padded(a_plain.out_proj(layer, "mlp").weight.data), gram)
-    err_lsq = reconstruction_error(dense_w, padded(a_lsq.out_proj(layer, "mlp").weight.data), gram)
-    assert err_lsq < err_plain
+    assert error(a_lsq.out_proj(layer, "mlp")) < error(a_plain.out_proj(layer, "mlp"))
     assert kl_to(model, lsq, ids) < kl_to(model, plain, ids)
 
 
@@ -83,3 +85,12 @@ def test_bias_compensation_saves_and_reloads_with_identical_logits(calibrated, t
     reloaded, _ = gapprune.load(str(folder))
     with torch.inference_mode():
         assert torch.equal(reloaded(input_ids=ids).logits, out(input_ids=ids).logits)
+
+
+def test_lsq_with_an_infinite_ridge_is_bias_compensation(calibrated):
+    """The ridge pulls kept weights to their original values, so λ → ∞ leaves only the fitted bias."""
+    model, ids, profile = calibrated
+    stiff, _, _ = pruned(model, profile, "lsq", ridge=1e9)
+    biased, _, _ = pruned(model, profile, "bias")
+    with torch.inference_mode():
+        assert torch.allclose(stiff(input_ids=ids).logits, biased(input_ids=ids).logits, atol=1e-4)

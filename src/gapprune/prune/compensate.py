@@ -3,8 +3,9 @@
 Both work on the output projection of a component (o_proj / down_proj), whose input columns are
 exactly the units. With X the dense input of that projection on calibration tokens:
 
-* `lsq`: the kept columns W'_K minimise ||W X − W'_K X_K||² + λ||W'_K||² (ridge), i.e.
-  W'_K = W G[:, K] (G[K, K] + λI)⁻¹ with G = XᵀX accumulated in float32 over batches.
+* `lsq`: the kept columns W'_K and a bias b minimise ||W X − W'_K X_K − b||² + λ||W'_K − W_K||²
+  (ridge towards the original weights), from G = XᵀX accumulated in float32 over batches, the
+  input sums and the token count. It contains `bias` (λ → ∞) as a special case.
 * `bias`: the removed channels' mean contribution W[:, R] E[x_R] is added as a bias.
 
 Neither may make things worse: the reconstruction error of the result is checked on held-out
@@ -79,19 +80,39 @@ def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, gram: torch.
     return float(((diff @ gram.double()) * diff).sum())
 
 
-def lsq_weights(weight: torch.Tensor, gram: torch.Tensor, kept: torch.Tensor, ridge: float) -> torch.Tensor:
-    """W G[:, K] (G[K, K] + λI)⁻¹ for kept column ids K. weight (out, n_in) -> (out, |K|)."""
-    g = gram.double()
+def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kept: torch.Tensor,
+               ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Kept columns and a bias: minimise Σ||W x − W'_K x_K − b||² + λ||W'_K − W_K||² over the fit half.
+
+    The ridge pulls the kept columns towards their original values (not towards zero), so λ → ∞
+    gives `bias` compensation and λ → 0 the unregularised re-fit. Normal equations on the augmented
+    input [x_K, 1]: the Gram block G[K, K], the input sums s_K and the token count n; λ is `ridge`
+    times the mean of diag(G[K, K]). Returns (W'_K, b).
+    """
+    g, total, n = stats.fit[key].double(), stats.sums[key][0], stats.counts[key][0]
+    k = len(kept)
     g_kk = g[kept][:, kept]
     damp = ridge * float(g_kk.diagonal().mean()) + 1e-8
-    rhs = weight.double() @ g[:, kept]  # (out, |K|)
-    solved = torch.linalg.solve(g_kk + damp * torch.eye(len(kept), dtype=torch.float64), rhs.T).T
-    return solved.to(weight.dtype)
+    system = torch.zeros(k + 1, k + 1, dtype=torch.float64)
+    system[:k, :k] = g_kk + damp * torch.eye(k, dtype=torch.float64)
+    system[:k, k] = total[kept]
+    system[k, :k] = total[kept]
+    system[k, k] = n
+    w = weight.double()
+    rhs = torch.cat([w @ g[:, kept] + damp * w[:, kept], (w @ total).unsqueeze(1)], dim=1)  # (out, k + 1)
+    solved = torch.linalg.solve(system, rhs.T).T
+    return solved[:, :k].to(weight.dtype), solved[:, k].to(weight.dtype)
+
+
+def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: torch.Tensor, total: torch.Tensor, n: int) -> float:
+    """Σ over tokens of ||D x − b||² = tr(D G Dᵀ) − 2 bᵀ D s + n ||b||² (D: dense − pruned weights, zero-padded)."""
+    d, b = diff.double(), bias.double()
+    return float(((d @ gram.double()) * d).sum() - 2 * b @ (d @ total) + n * (b @ b))
 
 
 def compensate_(
     adapter: ModelAdapter, dense_out: dict[tuple[int, str], torch.Tensor], kept_columns: dict[tuple[int, str], list[int]],
-    stats: GramStats, method: str, ridge: float = 1e-2,
+    stats: GramStats, method: str, ridge: float = 0.1,
 ) -> dict[str, Any]:
     """Re-fit every pruned component's output projection in place. Returns a summary per component.
 
@@ -113,10 +134,12 @@ def compensate_(
         padded = lambda w: torch.zeros_like(dense).index_copy_(1, kept, w)
         before = reconstruction_error(dense, padded(out.weight.data), stats.held_out[key])
         if method == "lsq":
-            new_weight = lsq_weights(dense, stats.fit[key], kept, ridge)
-            after = reconstruction_error(dense, padded(new_weight), stats.held_out[key])
+            new_weight, shift = lsq_affine(dense, stats, key, kept, ridge)
+            after = affine_error(dense - padded(new_weight), shift, stats.held_out[key], stats.sums[key][1],
+                                 stats.counts[key][1])
             if after < before:
                 out.weight.data.copy_(new_weight)
+                add_bias_(out, shift)
             else:
                 log.info("layer %d %s: lsq would raise held-out error (%.4g -> %.4g); kept original", layer, component,
                          before, after)
