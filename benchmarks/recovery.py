@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import platform
-import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
+from result_log import ResultLog
 
 from gapprune.api import evaluate_ppl, load
 from gapprune.config import PruneConfig
@@ -31,6 +28,23 @@ from gapprune.tune.lora import TuneConfig, lora_tune
 RATIOS = [0.25, 0.5]
 STAGES = ["none", "lsq", "bias"]
 DATASETS = ["wikitext2", "ptb"]
+
+
+@torch.inference_mode()
+def reload_check(model: torch.nn.Module, folder: Path, tokenizer) -> dict:  # type: ignore[no-untyped-def]
+    """Logits and greedy text of the saved folder, loaded both ways, against the in-memory pruned model."""
+    from transformers import AutoModelForCausalLM
+
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    expected = model(input_ids=ids).logits
+    text = model.generate(ids, max_new_tokens=8, do_sample=False)
+    result = {}
+    for way, loaded in (("gapprune.load", load(str(folder))[0]),
+                        ("from_pretrained(trust_remote_code=True)",
+                         AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval())):
+        result[way] = {"identical_logits": bool(torch.equal(loaded(input_ids=ids).logits, expected)),
+                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8, do_sample=False), text))}
+    return {"reload": result, "params": sum(p.numel() for p in model.parameters())}
 
 
 def main() -> None:
@@ -45,21 +59,9 @@ def main() -> None:
     parser.add_argument("--lora-batch", type=int, default=4)
     args = parser.parse_args()
 
-    out = Path(args.out)
-    records: list[dict] = json.loads(out.read_text()) if out.exists() else []
-    done = {(r["ratio"], r["stage"], r["dataset"]) for r in records}
-    meta = {
-        "date": str(date.today()),
-        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, torch {torch.__version__}",
-        "command": "python " + " ".join(sys.argv),
-    }
-
-    def emit(record: dict) -> None:
-        record = {**record, **meta}
-        print(json.dumps(record), flush=True)
-        records.append(record)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(records, indent=1) + "\n")
+    log = ResultLog(args.out)
+    emit = log.emit
+    done = {(r["ratio"], r["stage"], r["dataset"]) for r in log.records}
 
     def evaluate(m: torch.nn.Module, ratio: float, stage: str, extra: dict) -> None:
         for dataset in DATASETS:
@@ -92,6 +94,7 @@ def main() -> None:
             evaluate(pruned, ratio, stage, extra)
             if stage == "lsq" and not folder.exists():
                 save(pruned, tokenizer, folder, extras=lambda f, p=plan: p.save(f / "plan.json"))
+                emit({"ratio": ratio, "stage": "reload", "dataset": "-", **reload_check(pruned, folder, tokenizer)})
             del pruned
         if all((ratio, "lora", d) in done for d in DATASETS):
             continue
