@@ -169,7 +169,7 @@ def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                   "plan_agreement": {str(r): agreement(study.plan_choice(tables["exact"], r), study.plan_choice(table, r))
                                      for r in RATIOS}})
     for name, table in tables.items():
-        if name == "reference":
+        if name == "reference" or args.no_ppl:
             continue
         for ratio in RATIOS:
             emit({"profiler": name.split("@")[0], "tokens": table.meta["tokens"], "ratio": ratio, "dataset": "wikitext2",
@@ -221,6 +221,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=256, help="WikiText-2 test windows (x 128) for perplexity")
     parser.add_argument("--max-rows", type=int, default=4096, help="stacked tokens per batched pass")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--no-ppl", action="store_true", help="timing: skip the perplexity of the plans")
     parser.add_argument("--save-tables", default=None, help="calib: folder to save every table in")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

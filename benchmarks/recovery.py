@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=256)
     parser.add_argument("--lora-steps", type=int, default=150)
     parser.add_argument("--lora-batch", type=int, default=4)
+    parser.add_argument("--ridge", type=float, default=PruneConfig.__dataclass_fields__["ridge"].default)
     args = parser.parse_args()
 
     log = ResultLog(args.out)
@@ -88,7 +89,7 @@ def main() -> None:
         for stage in STAGES:
             pruned = copy.deepcopy(model)
             start = time.perf_counter()
-            summary = prune_model_(pruned, plan, stage, profile.gram)
+            summary = prune_model_(pruned, plan, stage, profile.gram, args.ridge)
             extra = {"wall_s": round(time.perf_counter() - start, 3), "achieved_ratio": plan.summary["achieved_ratio"],
                      "compensated": summary.get("applied"), "kept_original": summary.get("kept_original")}
             evaluate(pruned, ratio, stage, extra)

@@ -81,8 +81,24 @@ def test_prune_command_end_to_end_with_gap(smollm2, data_dir, tmp_path):
     assert {"report.md", "kept_fraction.png", "loss_table.png", "loss_table.json", "model.safetensors"} <= {
         p.name for p in out.iterdir()
     }
-    reloaded, tokenizer = gapprune.load(str(out))
-    assert sum(p.numel() for p in reloaded.parameters()) == plan["summary"]["params_after"]
+    reloaded, _ = gapprune.load(str(out))
+    # lsq compensation (the default) adds one bias vector per compensated output projection
+    assert sum(p.numel() for p in reloaded.parameters()) == plan["summary"]["params_after_with_added_biases"]
+    assert plan["summary"]["params_after_with_added_biases"] - plan["summary"]["params_after"] < 0.001 * plan["summary"]["params_after"]
     evaluation = json.loads((out / "eval.json").read_text())
     dense, pruned = evaluation[0]["ppl"], evaluation[1]["ppl"]
     assert math.isfinite(pruned) and pruned > dense
+
+
+def test_prune_command_with_the_fisher_profiler(smollm2, data_dir, tmp_path):
+    out = tmp_path / "fisher"
+    code = main([
+        "prune", "smollm2-135m", "--ratio", "0.3", "--out", str(out), "--data-dir", str(data_dir), "--profiler", "fisher",
+        "--calib-samples", "4", "--profile-samples", "1", "--batch-size", "2", "--seq-len", "64", "--compensate", "none",
+        "--no-plots",
+    ])
+    assert code == 0
+    table = json.loads((out / "loss_table.json").read_text())
+    assert table["meta"]["profiler"] == "fisher" and table["meta"]["tokens"] == 4 * 64
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["summary"]["achieved_ratio"] >= 0.3

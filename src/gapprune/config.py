@@ -24,7 +24,7 @@ class PruneConfig:
     profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: exact (replay every option) or fisher (second-order estimate, one backward per batch)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
-    ridge: float = field(default=0.1, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
+    ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})

@@ -151,7 +151,7 @@ def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[
 
 
 def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
-                 ridge: float = 0.1) -> dict[str, Any]:
+                 ridge: float = 1.0) -> dict[str, Any]:
     """Apply a plan to a dense model in place (physical removal), then optionally compensate."""
     adapter = get_adapter(model)
     if compensate == "none":

@@ -112,7 +112,7 @@ def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: torch.Tensor, tot
 
 def compensate_(
     adapter: ModelAdapter, dense_out: dict[tuple[int, str], torch.Tensor], kept_columns: dict[tuple[int, str], list[int]],
-    stats: GramStats, method: str, ridge: float = 0.1,
+    stats: GramStats, method: str, ridge: float = 1.0,
 ) -> dict[str, Any]:
     """Re-fit every pruned component's output projection in place. Returns a summary per component.
 
