@@ -120,14 +120,42 @@ def recovery_section(records: list[dict]) -> list[str]:
                   f"{lora['lora_batch']} Alpaca examples ({lora['lora_examples']} examples, cutoff {lora['cutoff']}, "
                   f"rank {lora['rank']}, lr {lora['lr']}), float32 on the CPU; validation loss (32 held-out examples) "
                   "by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in lora["val_loss"]) + ".", ""]
+    for r in records:
+        if r["stage"] == "reload":
+            checks = "; ".join(f"`{way}`: logits {'identical' if c['identical_logits'] else 'DIFFERENT'}, greedy tokens "
+                               f"{'identical' if c['identical_greedy_tokens'] else 'DIFFERENT'}" for way, c in r["reload"].items())
+            lines += [f"Reload check of the saved {100 * r['ratio']:.0f}% `lsq` folder against the in-memory model: {checks}.", ""]
     lines += ["| ratio | stage | WikiText-2 | PTB | stage wall (s) |", "|---|---|---|---|---|"]
-    for ratio in sorted({r["ratio"] for r in records}):
+    for ratio in sorted({r["ratio"] for r in records if r["stage"] != "reload"}):
         for stage in ("dense", "none", "lsq", "bias", "lora"):
             w, p = cells.get((ratio, stage, "wikitext2")), cells.get((ratio, stage, "ptb"))
             if w or p:
                 wall = (w or p).get("wall_s")
                 lines.append(f"| {100 * ratio:.0f}% | {stage} | {w['ppl']:.2f} | {p['ppl']:.2f} | "
                              f"{'' if wall is None else f'{wall:.1f}'} |")
+    return lines + [""]
+
+
+def compensation_section(records: list[dict]) -> list[str]:
+    if not records:
+        return []
+    meta = records[0]
+    cells = {(r["ratio"], r["method"], r["ridge"], r["dataset"]): r for r in records}
+    variants = list(dict.fromkeys((r["method"], r["ridge"]) for r in records))
+    lines = [
+        "### Choosing the `lsq` ridge (validation splits)", "",
+        f"Command: `{meta['command']}` ({meta['date']}). Perplexity on the first {meta['windows']} windows of 128 "
+        "tokens of the *validation* splits; `applied` = components whose held-out reconstruction error the "
+        "compensation lowered (the others keep their weights).", "",
+        "| ratio | compensation | WikiText-2 val | PTB val | applied / kept original |", "|---|---|---|---|---|",
+    ]
+    for ratio in sorted({r["ratio"] for r in records}):
+        for method, ridge in variants:
+            w, p = cells.get((ratio, method, ridge, "wikitext2")), cells.get((ratio, method, ridge, "ptb"))
+            if w and p:
+                name = f"lsq, ridge {ridge:g}" if method == "lsq" else method
+                applied = "" if w["applied"] is None else f"{w['applied']} / {w['kept_original']}"
+                lines.append(f"| {100 * ratio:.0f}% | {name} | {w['ppl']:.2f} | {p['ppl']:.2f} | {applied} |")
     return lines + [""]
 
 
@@ -195,6 +223,7 @@ def main() -> None:
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
     lines += recovery_section(load("recovery.json"))
+    lines += compensation_section(load("compensation.json"))
     lines += eval_section(load("eval.json"))
     lines += bench_section(load("bench.json"))
     lines += ["## Profiling cost, Fisher profiler, calibration size", "",
