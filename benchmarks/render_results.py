@@ -108,7 +108,8 @@ def recovery_section(records: list[dict]) -> list[str]:
         return []
     meta = records[0]
     cells = {(r["ratio"], r["stage"], r["dataset"]): r for r in records}
-    lora = next((r for r in records if r["stage"] == "lora"), None)
+    loras = {r["ratio"]: r for r in records if r["stage"] == "lora"}
+    lora = next(iter(loras.values()), None)
     lines = [
         "## Recovery: compensation and LoRA (GAP, SmolLM2-135M)", "",
         f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. One loss table (the "
@@ -119,7 +120,10 @@ def recovery_section(records: list[dict]) -> list[str]:
         lines += [f"LoRA: `gapprune tune` settings through the API on the `lsq` model, {lora['lora_steps']} steps x "
                   f"{lora['lora_batch']} Alpaca examples ({lora['lora_examples']} examples, cutoff {lora['cutoff']}, "
                   f"rank {lora['rank']}, lr {lora['lr']}), float32 on the CPU; validation loss (32 held-out examples) "
-                  "by step: " + ", ".join(f"{s}: {v:.3f}" for s, v in lora["val_loss"]) + ".", ""]
+                  "by step: " + "; ".join(f"{100 * ratio:.0f}%: " + ", ".join(f"{s}: {v:.3f}" for s, v in r["val_loss"])
+                                          for ratio, r in loras.items()) + ". The `none` and `bias` rows were measured "
+                  "in the same script's first run; `lsq` and `lora` after `lsq` gained its bias term and ridge 1.0 "
+                  "(the rows it replaced are in the commit history).", ""]
     for r in records:
         if r["stage"] == "reload":
             checks = "; ".join(f"`{way}`: logits {'identical' if c['identical_logits'] else 'DIFFERENT'}, greedy tokens "
