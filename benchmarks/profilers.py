@@ -3,6 +3,7 @@
 `timing`: at one calibration size (default 1,024 tokens = the default 8 windows x 128), the cost of
 the profiler's parts, the wall time of the reference, batched-exact and Fisher profilers, how far
 their tables agree, and WikiText-2 perplexity of the GAP plans at 25% and 50% from each table.
+`layers`: the reference and the batched exact profiler on the same few start layers, one after the other.
 `calib`: tables at several calibration sizes (exact and Fisher, optionally bf16), how stable the
 ranking and the plans are against the largest size, and the perplexity of each plan.
 Plans are applied without compensation so that only the table differs.
@@ -176,6 +177,33 @@ def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                   "seq_len": 128, "windows": args.windows, "ppl": study.ppl(table, ratio)})
 
 
+@torch.inference_mode()
+def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    """Reference vs batched exact profiler on a few start layers, same options, same tokens, in turn."""
+    from gapprune.profiling.loss_table import masked_units, option_grid, replay_metric
+    from gapprune.prune.plan import kept_units
+
+    tokens = args.tokens[0]
+    study = Study(args, tokens // 128)
+    inputs, adapter, device = study.prefix(tokens), study.adapter, study.device
+    grid = option_grid(adapter, study.step, 4)
+    reference = dense_reference(adapter, inputs, device)
+    for layer in args.layers:
+        start = time.perf_counter()
+        replay_metric(adapter, inputs, layer, "kl", reference, device)  # the base
+        for c in COMPONENTS:
+            for k in grid.measured[c][1:]:
+                with masked_units(adapter, layer, c, kept_units(study.scores, adapter, layer, c, grid.options[c][k])):
+                    replay_metric(adapter, inputs, layer, "kl", reference, device)
+        reference_s = time.perf_counter() - start
+        start = time.perf_counter()
+        build_loss_table_batched(adapter, inputs, study.scores, channel_step=study.step, mlp_stride=4, layers=[layer],
+                                 max_rows=args.max_rows, progress=False)
+        emit({"kind": "layer_timing", "tokens": tokens, "layer": layer,
+              "options": sum(len(v) - 1 for v in grid.measured.values()), "reference_s": round(reference_s, 2),
+              "batched_s": round(time.perf_counter() - start, 2)})
+
+
 def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     sizes = sorted(args.tokens)
     study = Study(args, sizes[-1] // 128)
@@ -211,7 +239,7 @@ def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["timing", "calib"])
+    parser.add_argument("mode", choices=["timing", "calib", "layers"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="cpu")
@@ -221,12 +249,14 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=256, help="WikiText-2 test windows (x 128) for perplexity")
     parser.add_argument("--max-rows", type=int, default=4096, help="stacked tokens per batched pass")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 15, 29],
+                        help="layers: start layers to time both exact profilers on")
     parser.add_argument("--no-ppl", action="store_true", help="timing: skip the perplexity of the plans")
     parser.add_argument("--save-tables", default=None, help="calib: folder to save every table in")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     log = ResultLog(args.out, args.device)
-    (timing if args.mode == "timing" else calib)(args, log.emit)
+    {"timing": timing, "calib": calib, "layers": layers}[args.mode](args, log.emit)
 
 
 if __name__ == "__main__":
