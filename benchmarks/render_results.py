@@ -204,8 +204,8 @@ def bench_section(records: list[dict]) -> list[str]:
         "the KV cache; 1 warm-up and 5 timed repetitions, median (min–max). Ideal speedup = dense parameters / "
         "pruned parameters (every weight read once per token). Peak memory is the process's peak RSS on the CPU. "
         "Commands in `bench.json`.", "",
-        "| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | decode speedup | prefill speedup "
-        "| ideal |", "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | peak RSS MB | decode speedup "
+        "| prefill speedup | ideal |", "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         if "speedup" not in r or r["ratio"] == 0:
@@ -214,11 +214,13 @@ def bench_section(records: list[dict]) -> list[str]:
             f"| `{r['model']}` | {100 * r['ratio']:.1f}% | {r['batch']} | {r['prefill_ms']:.0f} "
             f"({r['prefill_ms_min']:.0f}–{r['prefill_ms_max']:.0f}) | {r['decode_tokens_per_s']:.1f} "
             f"({r['decode_tokens_per_s_min']:.1f}–{r['decode_tokens_per_s_max']:.1f}) | {r['params']:,} | "
-            f"{r['weights_mb']:.0f} | {r['speedup']:.2f}x | {r['prefill_speedup']:.2f}x | {r['ideal_speedup']:.2f}x |")
+            f"{r['weights_mb']:.0f} | {r['peak_mem_mb']:.0f} | {r['speedup']:.2f}x | {r['prefill_speedup']:.2f}x | "
+            f"{r['ideal_speedup']:.2f}x |")
     dense = [r for r in records if r["ratio"] == 0]
     lines += ["", "Dense reference runs (one per comparison): " + "; ".join(
         f"batch {r['batch']}: prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.1f} tok/s"
-        for r in dense) + ".", ""]
+        for r in dense) + ". The dense model runs second in each process, so its peak RSS "
+        f"({max(r['peak_mem_mb'] for r in dense):.0f} MB) is the process maximum, not its own.", ""]
     return lines
 
 
