@@ -4,10 +4,10 @@ Each record gains the model's pruning ratio (from the folder's plan.json; 0 for 
 the command that produced it, date and machine. The measurements themselves come from:
 
     gapprune eval MODEL --ppl "" --tasks boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa \
-        --limit 200 --data-dir ../shared/data --out runs/eval_NAME.json
+        --limit 500 --data-dir ../shared/data --out runs/eval500_NAME.json
     gapprune bench runs/gap25_lsq --vs smollm2-135m --repeats 5 --out runs/bench_gap25.json
 
-    python benchmarks/collect_eval.py --eval runs/eval_*.json --bench runs/bench_*.json
+    python benchmarks/collect_eval.py --eval runs/eval500_*.json --bench runs/bench_*.json --date 2026-11-29
 """
 
 from __future__ import annotations

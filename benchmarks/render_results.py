@@ -179,7 +179,7 @@ def eval_section(records: list[dict]) -> list[str]:
         "`boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa`, then "
         "`python benchmarks/collect_eval.py`. Budget: the first "
         f"{meta['limit']} examples of each task's evaluation split (lm-eval `--limit`, deterministic), not the full "
-        "sets, to fit the 2-core CPU; the standard error of each cell is about ±3.5 points. Pruned models: GAP with "
+        f"sets, to fit the 2-core CPU; the standard error of each cell is at most ±{50 / meta['limit'] ** 0.5:.1f} points. Pruned models: GAP with "
         "the default `lsq` compensation, saved and reloaded from their folders.", "",
         "| model | ratio | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in TASKS) + " | mean |",
         "|---|---|" + "---|" * (len(TASKS) + 1),
