@@ -34,7 +34,7 @@ from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.profiling.loss_table import dense_reference, replay_metric
+from gapprune.profiling.loss_table import dense_reference, option_grid, replay_metric
 from gapprune.prune import default_channel_step
 
 
@@ -105,7 +105,7 @@ def main() -> None:
                              max_rows=args.max_rows, progress=False)  # warm-up
     table = build_loss_table_batched(adapter, inputs, scores, channel_step=step, mlp_stride=args.mlp_stride,
                                      layers=layers, max_rows=args.max_rows, progress=False)
-    measured = sum(len(v) - 1 for v in _measured(table, args.mlp_stride).values())
+    measured = sum(len(v) - 1 for v in option_grid(adapter, step, args.mlp_stride).measured.values())
     per_option = {int(l): float(s) / measured for l, s in table.meta["layer_wall_s"].items()}
     depth = np.array([args.layers - l for l in per_option], dtype=float)
     seconds = np.array(list(per_option.values()))
@@ -134,12 +134,6 @@ def main() -> None:
     print(json.dumps(record), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps([record], indent=1) + "\n")
-
-
-def _measured(table, stride: int) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
-    from gapprune.profiling.loss_table import measured_options
-
-    return {c: measured_options(len(table.options[c]), stride if c == "mlp" else 1) for c in table.options}
 
 
 if __name__ == "__main__":

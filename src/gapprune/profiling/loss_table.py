@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from gapprune.calibrate.capture import LayerInputs, run_layer
+from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.metrics import METRICS, DenseReference, head_logits, make_reference, metric_positions
@@ -160,20 +160,12 @@ def replay_metric(
     for b in range(inputs.n_batches):
         hidden = inputs.hidden[start][b].to(device, next(adapter.model.parameters()).dtype)
         for layer in range(start, adapter.n_layers):
-            kwargs = {k: _to_device(v, device) for k, v in inputs.kwargs[layer][b].items()}
+            kwargs = move_kwargs(inputs.kwargs[layer][b], device)
             hidden = run_layer(adapter.layers[layer], hidden, kwargs)
         logits = head_logits(norm, head, hidden)  # (B, T, V)
         total += float(fn(logits, b, reference))
         positions += metric_positions(metric, logits.shape)
     return total / positions
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, tuple):
-        return tuple(_to_device(v, device) for v in value)
-    return value
 
 
 @dataclass
