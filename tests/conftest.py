@@ -91,3 +91,34 @@ def no_stray_files() -> object:
     yield
     stray = snapshot() - before
     assert not stray, f"test left files behind: {sorted(stray)[:5]}"
+
+
+TINY_TEXT = (
+    "The quick brown fox jumps over the lazy dog. A model that is pruned keeps the units that matter, "
+    "and the budget decides how many go in every layer. Calibration text feeds the dense pass once; "
+    "profiling replays the tail of the network for every option. "
+) * 40
+
+
+@pytest.fixture(scope="session")
+def tiny_model_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny seeded Llama with a real (byte-level BPE) tokenizer saved as a folder, and a calibration text file.
+
+    Lets the CLI run end to end on CPU in seconds, with no download and no data folder.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny")
+    text_file = root / "calib.txt"
+    text_file.write_text(TINY_TEXT)
+    bpe = Tokenizer(models.BPE(unk_token=None))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator([TINY_TEXT], trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<eos>"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>")
+    model = tiny_llama()
+    model.resize_token_embeddings(bpe.get_vocab_size())
+    folder = root / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, text_file

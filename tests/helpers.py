@@ -1,23 +1,42 @@
-"""Small builders shared by tests: a profile of a tiny model without any data files."""
+"""Small builders shared by tests: a calibrated, profiled tiny model without any data files."""
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
-from gapprune.importance import ScoringContext, accumulate_gradients, score_units
-from gapprune.models import get_adapter
-from gapprune.pipeline import Profile
-from gapprune.profiling import build_loss_table
+from gapprune.config import PruneConfig
+from gapprune.pipeline import Calibration, Profile, calibrate_on, profile_model
 
 
-def tiny_profile(model: torch.nn.Module, ids: torch.Tensor, criterion: str = "activation", metric: str = "kl",
-                 channel_step: int = 32) -> Profile:
-    adapter = get_adapter(model)
-    stats = CalibrationStats()
-    inputs = capture_layer_inputs(adapter, ids, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
-    grads = accumulate_gradients(adapter, ids, batch_size=2, progress=False) if criterion == "taylor" else {}
-    scores = score_units(ScoringContext(adapter, stats, grads), criterion)
-    table = build_loss_table(adapter, inputs, scores, metric=metric, channel_step=channel_step, progress=False)
-    total = sum(p.numel() for p in model.parameters())
-    return Profile(adapter, inputs, stats, scores, table, total, inputs)
+@dataclass
+class TinyRun:
+    """A tiny model's calibration (live) and profile (numbers)."""
+
+    calibration: Calibration
+    profile: Profile
+    config: PruneConfig
+
+    @property
+    def adapter(self):  # noqa: ANN201
+        return self.calibration.adapter
+
+    @property
+    def table(self):  # noqa: ANN201
+        return self.profile.table
+
+
+def tiny_config(ids: torch.Tensor, **overrides: object) -> PruneConfig:
+    settings = {"ratio": 0.3, "calib_samples": ids.shape[0], "profile_samples": ids.shape[0], "seq_len": ids.shape[1],
+                "batch_size": 2, "channel_step": 32, "mlp_stride": 1, "compensate": "none", **overrides}
+    return PruneConfig(**settings)  # type: ignore[arg-type]
+
+
+def tiny_run(model: torch.nn.Module, ids: torch.Tensor, checkpoint_dir: Path | None = None, **overrides: object) -> TinyRun:
+    config = tiny_config(ids, **overrides)
+    calibration = calibrate_on(model, ids, config)
+    checkpoint_dir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="gapprune-test-tables-"))
+    return TinyRun(calibration, profile_model(calibration, config, checkpoint_dir), config)

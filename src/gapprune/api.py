@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +11,23 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.data import consecutive_windows, load_text, tokenize_text
 from gapprune.evaluate.perplexity import PerplexityResult, perplexity
-from gapprune.export.save import save
+from gapprune.export.save import save, write_atomically
+from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import load_model
-from gapprune.pipeline import Profile, allocate, plan_from_allocation, profile_model, prune_model_
+from gapprune.pipeline import (
+    Profile,
+    allocate,
+    calibrate,
+    plan_from_allocation,
+    profile_model,
+    prune_model_,
+    refine_allocation,
+    timed,
+)
 from gapprune.prune.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -49,20 +59,51 @@ def evaluate_ppl(
     )
 
 
+def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
+            checkpoint_dir: Path | None = None) -> Profile:
+    """Measure the dense model once (scores, signals, loss table); `Profile.save` keeps it for reuse."""
+    return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir)
+
+
 def prune(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig, profile: Profile | None = None
-) -> tuple[Plan, Profile]:
-    """Prune `model` in place by `config`; returns the plan and the (reusable) dense profile."""
-    profile = profile or profile_model(model, tokenizer, config)
-    start = time.perf_counter()
-    allocation = allocate(profile, config.ratio, config.allocator, config.refine, config.mlp_stride)
-    profile.timings["allocation"] = round(time.perf_counter() - start, 3)
-    plan = plan_from_allocation(profile, allocation, config.to_dict())
-    start = time.perf_counter()
-    biases_before = _out_proj_bias_params(profile)
-    plan.summary["compensation"] = prune_model_(model, plan, config.compensate, profile.gram, config.ridge)
-    profile.timings["surgery_and_compensation"] = round(time.perf_counter() - start, 3)
-    added = _out_proj_bias_params(profile) - biases_before  # bias compensation adds (hidden,) per component
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    config: PruneConfig,
+    profile: Profile | None = None,
+    plan: Plan | None = None,
+    checkpoint_dir: Path | None = None,
+) -> tuple[Plan, Profile | None]:
+    """Prune `model` in place by `config`; returns the plan and the (reusable) dense profile.
+
+    `profile`: a profile of this model measured before (it must match the model and settings);
+    `plan`: apply this plan as it is (no profiling; calibration still runs when compensating).
+    """
+    timings: dict[str, float] = {}
+    needs_calibration = plan is None or config.compensate != "none"
+    calibration = calibrate(model, tokenizer, config) if needs_calibration else None
+    adapter = get_adapter(model)
+    if plan is None:
+        assert calibration is not None
+        if profile is None:
+            profile = profile_model(calibration, config, checkpoint_dir)
+        else:
+            profile.check_matches(calibration, config)
+            profile.timings = {**calibration.timings}
+        with timed(profile.timings, "allocation"):
+            allocation = allocate(profile, config.ratio, config.allocator)
+            if config.refine:
+                allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
+                                               config.mlp_stride)
+        plan = plan_from_allocation(adapter, profile, allocation, config.to_dict())
+        timings = profile.timings
+    else:
+        plan = Plan(plan.layers, {**plan.config, "compensate": config.compensate, "ridge": config.ridge},
+                    dict(plan.summary))
+    with timed(timings, "surgery_and_compensation"):
+        biases_before = _out_proj_bias_params(adapter)
+        gram = calibration.gram if calibration is not None else None
+        plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge)
+    added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
     after = sum(p.numel() for p in model.parameters()) - added
     if after != plan.summary["params_after"]:
@@ -70,9 +111,8 @@ def prune(
     return plan, profile
 
 
-def _out_proj_bias_params(profile: Profile) -> int:
-    adapter = profile.adapter
-    outs = (adapter.out_proj(layer, c) for layer in range(adapter.n_layers) for c in ("attn", "mlp"))
+def _out_proj_bias_params(adapter: ModelAdapter) -> int:
+    outs = (adapter.out_proj(layer, c) for layer in range(adapter.n_layers) for c in COMPONENTS)
     return sum(out.bias.numel() for out in outs if out is not None and out.bias is not None)
 
 
@@ -81,7 +121,7 @@ def write_pruned_folder(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     plan: Plan,
-    profile: Profile,
+    profile: Profile | None,
     evaluation: list[dict[str, Any]] | None = None,
     plots: bool = True,
     overwrite: bool = False,
@@ -91,7 +131,8 @@ def write_pruned_folder(
 
     def extras(folder: Path) -> None:
         plan.save(folder / "plan.json")
-        profile.table.save(folder / "loss_table.json")
+        if profile is not None:
+            profile.save(folder)  # the output folder doubles as a profile folder for other ratios
         if evaluation:
             (folder / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
         if plots:
@@ -99,9 +140,15 @@ def write_pruned_folder(
                 from gapprune.evaluate.plots import plot_kept_fraction, plot_loss_table
 
                 plot_kept_fraction(plan, folder / "kept_fraction.png", f"{plan.summary['allocator']} at {plan.config['ratio']}")
-                plot_loss_table(profile.table, folder / "loss_table.png")
+                if profile is not None:
+                    plot_loss_table(profile.table, folder / "loss_table.png")
             except ImportError as err:
                 log.warning("%s; skipping plots", err)
-        write_report(folder / "report.md", plan, profile.timings, evaluation)
+        write_report(folder / "report.md", plan, profile.timings if profile else {}, evaluation)
 
     return save(model, tokenizer, out, extras=extras, overwrite=overwrite)
+
+
+def write_profile_folder(out: str | Path, profile: Profile, overwrite: bool = False) -> Path:
+    """A profile folder (profile.json, scores.json, signals.json, loss_table.json), written atomically."""
+    return write_atomically(out, profile.save, overwrite=overwrite)

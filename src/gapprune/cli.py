@@ -42,23 +42,32 @@ class PruneCommand:
         p.add_argument("--eval-seq-len", type=int, default=128, help="window length for --eval")
         p.add_argument("--eval-windows", type=int, default=None, help="evaluate only the first N windows")
         p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+        p.add_argument("--profile", default=None,
+                       help="reuse the profile in this folder (a `gapprune profile` or earlier prune output) instead of profiling")
+        p.add_argument("--plan", default=None, help="apply this plan.json as it is (no profiling, no allocation)")
         _add_config_flags(p, PruneConfig)
         p.set_defaults(run=PruneCommand.run)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
+        from gapprune.pipeline import Profile
+        from gapprune.prune.plan import Plan
 
         config = _config_from(args, PruneConfig)
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        if args.plan and args.profile:
+            raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
+        plan_in = Plan.load(args.plan) if args.plan else None
+        profile_in = Profile.load(args.profile) if args.profile else None
         model, tokenizer = load(args.model, device=config.device)
         datasets = [d for d in args.eval.split(",") if d]
         kwargs = dict(seq_len=args.eval_seq_len, max_windows=args.eval_windows, data_dir=config.data_dir)
         evaluation = [
             {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
-        plan, profile = prune(model, tokenizer, config)
+        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in)
         evaluation += [
             {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
@@ -73,6 +82,38 @@ class PruneCommand:
         for row in evaluation:
             print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
         print(f"saved to {out} (report: {out / 'report.md'})")
+        return 0
+
+
+class ProfileCommand:
+    """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
+
+    name = "profile"
+    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine")
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(ProfileCommand.name, help="profile a dense model; prune it later with --profile DIR")
+        p.add_argument("model", help="hub id, local folder, .gguf file or alias (smollm2-135m)")
+        p.add_argument("--out", required=True, help="profile folder (written atomically)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+        _add_config_flags(p, PruneConfig, skip=ProfileCommand.not_profile_settings)
+        p.set_defaults(run=ProfileCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load, profile, write_profile_folder
+
+        settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
+                    if name not in ProfileCommand.not_profile_settings}
+        config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        model, tokenizer = load(args.model, device=config.device)
+        result = profile(model, tokenizer, config)
+        out = write_profile_folder(args.out, result, overwrite=args.overwrite)
+        print(f"profiled {result.table.n_layers} layers ({result.table.n_exact()} exact ΔL entries) in "
+              f"{sum(result.timings.values()):.0f} s; prune with: gapprune prune {args.model} --profile {out} --ratio R")
         return 0
 
 
@@ -275,7 +316,7 @@ class TuneCommand:
         return 0
 
 
-COMMANDS = (PruneCommand, PplCommand, EvalCommand, BenchCommand, TuneCommand, InfoCommand)
+COMMANDS = (PruneCommand, ProfileCommand, PplCommand, EvalCommand, BenchCommand, TuneCommand, InfoCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:

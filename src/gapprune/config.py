@@ -28,25 +28,24 @@ class PruneConfig:
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
-    loss_table: str | None = field(default=None, metadata={"help": "reuse a saved loss_table.json instead of profiling"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
 
     def __post_init__(self) -> None:
         if not 0 < self.ratio < 1:
-            raise ValueError(f"--ratio must lie strictly between 0 and 1 (a fraction of parameters), got {self.ratio}")
+            raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of parameters), got {self.ratio}")
         for name in ("calib_samples", "profile_samples", "seq_len", "batch_size"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.profile_samples > self.calib_samples:
-            raise ValueError("--profile-samples cannot exceed --calib-samples (profiling uses a prefix of them)")
+            raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
         if self.compensate not in ("lsq", "bias", "none"):
-            raise ValueError(f"--compensate must be lsq, bias or none, got {self.compensate!r}")
+            raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
         if self.profiler not in ("exact", "fisher"):
-            raise ValueError(f"--profiler must be exact or fisher, got {self.profiler!r}")
+            raise ValueError(f"profiler must be exact or fisher, got {self.profiler!r}")
         if self.ridge < 0:
-            raise ValueError("--ridge must be >= 0")
+            raise ValueError("ridge must be >= 0")
         if self.refine < 0:
-            raise ValueError("--refine must be >= 0")
+            raise ValueError("refine must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

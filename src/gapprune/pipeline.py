@@ -1,59 +1,125 @@
-"""The pruning pipeline: calibrate -> score -> profile ΔL -> allocate -> plan -> surgery.
+"""The pruning pipeline: calibrate -> score -> profile ΔL -> allocate -> (refine) -> plan -> surgery.
 
-Every stage hands a plain value to the next (token ids, LayerInputs, UnitScores, LossTable,
-Allocation, Plan), so each can be cached, resumed or tested alone.
+Two kinds of value flow here. `Calibration` is live (the model's adapter, cached layer inputs, input
+statistics): it exists only while the model is in memory. Everything measured from it is numbers
+(`UnitScores`, `LayerSignals`, `LossTable`, `Allocation`, `Plan`) and saves to JSON, so a `Profile`
+folder serves several ratios and allocators, and a `plan.json` re-applies without profiling.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.allocate import ALLOCATORS, Allocation, AllocationContext
-from gapprune.allocate.refine import refine
+from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.signals import layer_signals
 from gapprune.config import PruneConfig
 from gapprune.data import load_text, sample_windows, self_generated_windows, tokenize_text
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
-from gapprune.models import COMPONENTS, ModelAdapter, get_adapter
-from gapprune.profiling import LossTable, build_loss_table
+from gapprune.models import ModelAdapter, get_adapter
+from gapprune.models.loading import default_cache_dir
+from gapprune.profiling import build_loss_table
 from gapprune.profiling.batched import build_loss_table_batched
+from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
+from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.prune import Plan, apply_plan_, default_channel_step, make_plan
-from gapprune.prune.compensate import GramStats, compensate_, gram_hooks
+from gapprune.prune import Plan, default_channel_step, make_plan
+from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Profile:
-    """Everything measured on the dense model; reusable for several ratios and allocators."""
-
-    adapter: ModelAdapter
-    inputs: LayerInputs
-    stats: CalibrationStats
-    scores: UnitScores
-    table: LossTable
-    total_params: int
-    profile_inputs: LayerInputs | None = None  # the calibration prefix the table was measured on
-    gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
-    timings: dict[str, float] = field(default_factory=dict)
+PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
+# Settings that decide a profile's numbers; a saved profile is reused only when they match.
+PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples", "seq_len",
+                    "seed", "channel_step", "profiler", "mlp_stride")
 
 
 @contextmanager
-def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
     log.info("%s took %.1f s", phase, timings[phase])
+
+
+@dataclass
+class Calibration:
+    """One dense pass over the calibration set, live: layer inputs, statistics, unit scores."""
+
+    adapter: ModelAdapter
+    ids: torch.Tensor  # (n, T) calibration token ids
+    inputs: LayerInputs
+    stats: CalibrationStats
+    scores: UnitScores
+    profile_inputs: LayerInputs  # the prefix of the calibration batches the loss table is measured on
+    gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def fingerprint(self, config: PruneConfig) -> str:
+        """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
+        settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
+        shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
+                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
+        scores = json.dumps(self.scores.to_dict()).encode()
+        return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
+
+
+@dataclass
+class Profile:
+    """Everything measured on the dense model, as numbers: reusable for several ratios and allocators."""
+
+    scores: UnitScores
+    signals: LayerSignals
+    table: LossTable
+    total_params: int
+    fingerprint: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"total_params": self.total_params, "fingerprint": self.fingerprint, "settings": self.settings,
+                "timings": self.timings}
+        (folder / "profile.json").write_text(json.dumps(meta, indent=1) + "\n")
+        self.scores.save(folder / "scores.json")
+        self.signals.save(folder / "signals.json")
+        self.table.save(folder / "loss_table.json")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Profile:
+        folder = Path(folder)
+        missing = [name for name in PROFILE_FILES if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{folder} is not a profile folder (missing {', '.join(missing)}); "
+                                    "pass the output folder of an earlier prune or profile run")
+        try:
+            meta = json.loads((folder / "profile.json").read_text())
+            return cls(UnitScores.load(folder / "scores.json"), LayerSignals.load(folder / "signals.json"),
+                       LossTable.load(folder / "loss_table.json"), int(meta["total_params"]), meta.get("fingerprint", ""),
+                       meta.get("settings", {}), meta.get("timings", {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{folder}/profile.json is not readable ({err}); profile again") from None
+
+    def check_matches(self, calibration: Calibration, config: PruneConfig) -> None:
+        """A profile measured on another model, data or settings must not silently steer this one."""
+        expected = calibration.fingerprint(config)
+        if self.fingerprint != expected:
+            changed = [name for name in PROFILE_SETTINGS if self.settings.get(name) != getattr(config, name)]
+            detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
+            raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
+                             "or use the same settings as the profile")
 
 
 def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
@@ -64,13 +130,34 @@ def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config
     return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed)
 
 
-def _prefix(inputs: LayerInputs, n_batches: int) -> LayerInputs:
-    return LayerInputs(
-        hidden=[h[:n_batches] for h in inputs.hidden],
-        kwargs=[k[:n_batches] for k in inputs.kwargs],
-        final_hidden=inputs.final_hidden[:n_batches],
-        input_ids=inputs.input_ids[:n_batches],
-    )
+def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
+              gram: bool | None = None) -> Calibration:
+    """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores."""
+    timings: dict[str, float] = {}
+    with timed(timings, "calibration_data"):
+        ids = calibration_ids(model, tokenizer, config)
+    return calibrate_on(model, ids, config, gram, timings)
+
+
+def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
+                 timings: dict[str, float] | None = None) -> Calibration:
+    """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""
+    adapter = get_adapter(model)
+    timings = dict(timings or {})
+    stats = CalibrationStats()
+    grams = GramStats() if (config.compensate != "none" if gram is None else gram) else None
+    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
+
+    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
+        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
+
+    with timed(timings, "capture"):
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
+    with timed(timings, "importance"):
+        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
+        scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
+    profile_inputs = inputs.prefix(-(-config.profile_samples // config.batch_size))
+    return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
 
 
 def needs_loss_table(config: PruneConfig) -> bool:
@@ -78,63 +165,79 @@ def needs_loss_table(config: PruneConfig) -> bool:
     return config.allocator == "gap"
 
 
-def profile_model(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> Profile:
-    """Calibrate, score units and build (or load) the loss table on the dense `model`."""
-    adapter = get_adapter(model)
-    timings: dict[str, float] = {}
-    total = sum(p.numel() for p in model.parameters())
-    with _timed(timings, "calibration_data"):
-        ids = calibration_ids(model, tokenizer, config)
-    stats = CalibrationStats()
-    gram = GramStats() if config.compensate != "none" else None
-    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, gram) if gram is not None else None
-
-    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
-        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
-
-    with _timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
-    with _timed(timings, "importance"):
-        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
-        scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
-    profile_inputs = _prefix(inputs, -(-config.profile_samples // config.batch_size))
-    if config.loss_table:
-        table = LossTable.load(config.loss_table)
-        if table.n_layers != adapter.n_layers or table.criterion != config.criterion:
-            raise ValueError(f"{config.loss_table} was profiled for another model or criterion ({table.criterion})")
-    else:
-        step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
-        with _timed(timings, "profiling"):
-            if not needs_loss_table(config):
-                table = build_loss_table(adapter, profile_inputs, scores, channel_step=step, measure=False)
-            elif config.profiler == "fisher":
-                table = build_loss_table_fisher(adapter, ids, scores, metric=config.metric, channel_step=step,
-                                                batch_size=config.batch_size, seed=config.seed)
-            else:
-                table = build_loss_table_batched(adapter, profile_inputs, scores, metric=config.metric,
-                                                 channel_step=step, mlp_stride=config.mlp_stride)
-    return Profile(adapter, inputs, stats, scores, table, total, profile_inputs, gram, timings)
+def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None) -> LossTable:
+    """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed."""
+    adapter, scores = calibration.adapter, calibration.scores
+    step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
+    if not needs_loss_table(config):
+        return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
+    if config.profiler == "fisher":
+        return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
+                                       batch_size=config.batch_size, seed=config.seed)
+    checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", calibration.fingerprint(config))
+    done = checkpoint.load()
+    if done:
+        log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
+    table = build_loss_table_batched(adapter, calibration.profile_inputs, scores, metric=config.metric,
+                                     channel_step=step, mlp_stride=config.mlp_stride, done=done,
+                                     on_layer=checkpoint.save)
+    checkpoint.clear()
+    return table
 
 
-def allocate(profile: Profile, ratio: float, allocator: str, refine_rounds: int = 0, mlp_stride: int = 1) -> Allocation:
-    """Choose one option per component so that `ratio` of all parameters go (GAP: optionally refined)."""
+def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None) -> Profile:
+    """Signals and the loss table of the calibrated dense model."""
+    timings = dict(calibration.timings)
+    with timed(timings, "signals"):
+        signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.scores)
+    with timed(timings, "profiling"):
+        table = measure_table(calibration, config, checkpoint_dir)
+    total = sum(p.numel() for p in calibration.adapter.model.parameters())
+    settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
+    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings)
+
+
+def budget_params(total_params: int, ratio: float) -> int:
     if not 0 < ratio < 1:
-        raise ValueError(f"ratio must lie strictly between 0 and 1, got {ratio}")
-    budget = int(round(ratio * profile.total_params))
-    context = AllocationContext(profile.adapter, profile.table, profile.scores, profile.inputs, profile.stats)
-    allocation = ALLOCATORS.get(allocator)(context, budget)
-    if refine_rounds:
-        if allocator != "gap":
-            raise ValueError("--refine applies to the gap allocator only")
-        assert profile.profile_inputs is not None
-        allocation = refine(context, allocation, budget, refine_rounds, profile.profile_inputs, mlp_stride).allocation
-    return allocation
+        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of all parameters), got {ratio}")
+    return int(round(ratio * total_params))
 
 
-def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[str, Any]) -> Plan:
+def allocate(profile: Profile, ratio: float, allocator: str) -> Allocation:
+    """Choose one option per component so that `ratio` of all parameters go: numbers in, numbers out."""
+    return ALLOCATORS.get(allocator)(profile.table, profile.signals, budget_params(profile.total_params, ratio))
+
+
+def refine_allocation(calibration: Calibration, profile: Profile, allocation: Allocation, ratio: float, rounds: int,
+                      mlp_stride: int = 1) -> Allocation:
+    """Re-profile ΔL around the plan and re-solve `rounds` times; keep the plan with the best true loss."""
+    if allocation.allocator != "gap":
+        raise ValueError("refinement applies to the gap allocator only")
+    adapter, scores, table, inputs = calibration.adapter, profile.scores, profile.table, calibration.profile_inputs
+    budget = budget_params(profile.total_params, ratio)
+    best, best_loss = allocation, true_loss(adapter, inputs, scores, table, allocation.choice)
+    history = [{"round": 0, "true_loss": best_loss, "predicted_loss": allocation.predicted_loss(table)}]
+    current = allocation
+    for round_ in range(1, rounds + 1):
+        conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride)
+        candidate = ALLOCATORS.get("gap")(conditional, profile.signals, budget)
+        candidate.info["refine_round"] = round_
+        loss = true_loss(adapter, inputs, scores, table, candidate.choice)
+        history.append({"round": round_, "true_loss": loss, "predicted_loss": candidate.predicted_loss(conditional)})
+        log.info("refine round %d: true loss %.5f (best %.5f)", round_, loss, best_loss)
+        if loss < best_loss:
+            best, best_loss = candidate, loss
+        current = candidate
+    best.info["refine_history"] = history
+    best.info["refine_helped"] = best is not allocation
+    return best
+
+
+def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Allocation,
+                         config: dict[str, Any]) -> Plan:
     table = profile.table
-    plan = make_plan(profile.adapter, profile.scores, allocation.options(table), allocation.losses(table), config)
-    decoder = sum(p.numel() for p in profile.adapter.layers.parameters())
+    plan = make_plan(adapter, profile.scores, allocation.options(table), allocation.losses(table), config)
+    decoder = sum(p.numel() for p in adapter.layers.parameters())
     removed = plan.params_removed
     plan.summary = {
         "allocator": allocation.allocator,
@@ -153,27 +256,4 @@ def plan_from_allocation(profile: Profile, allocation: Allocation, config: dict[
 def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
                  ridge: float = 1.0) -> dict[str, Any]:
     """Apply a plan to a dense model in place (physical removal), then optionally compensate."""
-    adapter = get_adapter(model)
-    if compensate == "none":
-        apply_plan_(adapter, plan)
-        return {"method": "none"}
-    if gram is None:
-        raise ValueError("compensation needs the Gram statistics of the calibration pass")
-    dense_out = {}
-    for lp in plan.layers:
-        for c in COMPONENTS:
-            out = adapter.out_proj(lp.layer, c)
-            if out is not None:
-                dense_out[(lp.layer, c)] = out.weight.data.clone()
-    kept = {}
-    for lp in plan.layers:
-        kept[(lp.layer, "attn")] = [h * adapter.head_dim + d for h in lp.attn.kept for d in range(adapter.head_dim)]
-        kept[(lp.layer, "mlp")] = list(lp.mlp.kept)
-    apply_plan_(adapter, plan)
-    summary = compensate_(adapter, dense_out, kept, gram, compensate, ridge)
-    adapter.record_shapes_()  # bias compensation may have added biases
-    return summary
-
-
-def component_counts(plan: Plan) -> dict[str, list[int]]:
-    return {c: [len(lp.component(c).kept) for lp in plan.layers] for c in COMPONENTS}
+    return prune_and_compensate_(get_adapter(model), plan, compensate, gram, ridge)

@@ -7,23 +7,17 @@ import torch
 import torch.nn.functional as F
 
 import gapprune
-from gapprune.calibrate import capture_layer_inputs
 from gapprune.export import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
-from gapprune.prune.compensate import GramStats, affine_error, gram_hooks
-from tests.helpers import tiny_profile
+from gapprune.prune.compensate import affine_error
+from tests.helpers import tiny_run
 
 
 @pytest.fixture
 def calibrated(llama):
     ids = torch.randint(0, 256, (16, 64), generator=torch.Generator().manual_seed(5))
-    profile = tiny_profile(llama, ids)
-    gram = GramStats()
-    capture_layer_inputs(get_adapter(llama), ids, batch_size=2, extra_hooks=gram_hooks(get_adapter(llama), gram),
-                         progress=False)
-    profile.gram = gram
-    return llama, ids, profile
+    return llama, ids, tiny_run(llama, ids, compensate="lsq", profile_samples=2)
 
 
 def kl_to(dense, model, ids):
@@ -33,25 +27,25 @@ def kl_to(dense, model, ids):
     return float((p.exp() * (p - q)).sum(-1).mean())
 
 
-def pruned(model, profile, method, ratio=0.3, ridge=0.1):
-    plan = plan_from_allocation(profile, allocate(profile, ratio, "uniform"), {"ratio": ratio})
+def pruned(model, run, method, ratio=0.3, ridge=0.1):
+    plan = plan_from_allocation(run.adapter, run.profile, allocate(run.profile, ratio, "uniform"), {"ratio": ratio})
     out = copy.deepcopy(model)
-    summary = prune_model_(out, plan, method, profile.gram, ridge)
+    summary = prune_model_(out, plan, method, run.calibration.gram, ridge)
     return out, plan, summary
 
 
 def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
-    model, ids, profile = calibrated
-    plain, plan, _ = pruned(model, profile, "none")
-    lsq, _, summary = pruned(model, profile, "lsq")
+    model, ids, run = calibrated
+    plain, plan, _ = pruned(model, run, "none")
+    lsq, _, summary = pruned(model, run, "lsq")
     assert summary["applied"] > 0
     dense_adapter, a_plain, a_lsq = get_adapter(model), get_adapter(plain), get_adapter(lsq)
     layer = next(lp.layer for lp in plan.layers if 0 < len(lp.mlp.kept) < 128)
     kept = torch.tensor(plan.layers[layer].mlp.kept)
     dense_w = dense_adapter.out_proj(layer, "mlp").weight.data
     key = (layer, "mlp")
-    gram = profile.gram.fit[key] + profile.gram.held_out[key]
-    total, n = profile.gram.sums[key][0] + profile.gram.sums[key][1], sum(profile.gram.counts[key])
+    gram = run.calibration.gram.fit[key] + run.calibration.gram.held_out[key]
+    total, n = run.calibration.gram.sums[key][0] + run.calibration.gram.sums[key][1], sum(run.calibration.gram.counts[key])
 
     def error(linear):  # Σ over all calibration tokens of ||dense output − pruned output||²
         diff = dense_w - torch.zeros_like(dense_w).index_copy_(1, kept, linear.weight.data)
@@ -63,20 +57,21 @@ def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
 
 
 def test_compensation_with_nothing_removed_changes_nothing(calibrated):
-    model, ids, profile = calibrated
-    plan = plan_from_allocation(profile, allocate(profile, 0.3, "uniform"), {"ratio": 0.3})
+    model, ids, run = calibrated
+    plan = plan_from_allocation(run.adapter, run.profile, allocate(run.profile, 0.3, "uniform"),
+                                {"ratio": 0.3})
     for lp in plan.layers:  # keep everything
         lp.attn.kept = list(range(4))
         lp.mlp.kept = list(range(128))
     out = copy.deepcopy(model)
-    prune_model_(out, plan, "lsq", profile.gram)
+    prune_model_(out, plan, "lsq", run.calibration.gram)
     with torch.inference_mode():
         assert torch.equal(out(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
 def test_bias_compensation_saves_and_reloads_with_identical_logits(calibrated, tmp_path):
-    model, ids, profile = calibrated
-    out, _, summary = pruned(model, profile, "bias")
+    model, ids, run = calibrated
+    out, _, summary = pruned(model, run, "bias")
     assert summary["applied"] > 0
     adapter = get_adapter(out)
     assert any(adapter.out_proj(l, c) is not None and adapter.out_proj(l, c).bias is not None
@@ -89,8 +84,8 @@ def test_bias_compensation_saves_and_reloads_with_identical_logits(calibrated, t
 
 def test_lsq_with_an_infinite_ridge_is_bias_compensation(calibrated):
     """The ridge pulls kept weights to their original values, so λ → ∞ leaves only the fitted bias."""
-    model, ids, profile = calibrated
-    stiff, _, _ = pruned(model, profile, "lsq", ridge=1e9)
-    biased, _, _ = pruned(model, profile, "bias")
+    model, ids, run = calibrated
+    stiff, _, _ = pruned(model, run, "lsq", ridge=1e9)
+    biased, _, _ = pruned(model, run, "bias")
     with torch.inference_mode():
         assert torch.allclose(stiff(input_ids=ids).logits, biased(input_ids=ids).logits, atol=1e-4)

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
-from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.pipeline import allocate, plan_from_allocation, prune_model_, refine_allocation
+from gapprune.profiling.conditional import true_loss
 from gapprune.prune import Plan
-from tests.helpers import tiny_profile
+from tests.helpers import tiny_run
 
 
 def logits(model, ids):
@@ -17,14 +18,19 @@ def logits(model, ids):
 
 
 @pytest.fixture
-def profile(llama, token_ids):
-    return tiny_profile(llama, token_ids)
+def run(llama, token_ids):
+    return tiny_run(llama, token_ids)
+
+
+@pytest.fixture
+def profile(run):
+    return run.profile
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS.names())
-def test_every_allocator_meets_the_budget_and_surgery_matches_the_plan(llama, profile, allocator):
+def test_every_allocator_meets_the_budget_and_surgery_matches_the_plan(llama, run, profile, allocator):
     allocation = allocate(profile, 0.3, allocator)
-    plan = plan_from_allocation(profile, allocation, {"ratio": 0.3})
+    plan = plan_from_allocation(run.adapter, profile, allocation, {"ratio": 0.3})
     assert plan.summary["achieved_ratio"] >= 0.3
     model = copy.deepcopy(llama)
     prune_model_(model, plan)
@@ -37,8 +43,8 @@ def test_gap_minimises_the_predicted_loss_among_allocators(profile):
         assert gap <= allocate(profile, 0.3, name).predicted_loss(profile.table) + 1e-12
 
 
-def test_plan_round_trips_and_a_loaded_plan_gives_identical_logits(llama, profile, token_ids, tmp_path):
-    plan = plan_from_allocation(profile, allocate(profile, 0.4, "gap"), {"ratio": 0.4})
+def test_plan_round_trips_and_a_loaded_plan_gives_identical_logits(llama, run, profile, token_ids, tmp_path):
+    plan = plan_from_allocation(run.adapter, profile, allocate(profile, 0.4, "gap"), {"ratio": 0.4})
     plan.save(tmp_path / "plan.json")
     loaded = Plan.load(tmp_path / "plan.json")
     assert loaded.to_dict() == plan.to_dict()
@@ -60,13 +66,12 @@ def test_ratio_outside_unit_interval_is_rejected(profile):
         allocate(profile, 1.5, "gap")
 
 
-def test_refine_never_returns_a_worse_plan_by_true_loss(profile):
-    from gapprune.allocate.refine import true_loss
-
+def test_refine_never_returns_a_worse_plan_by_true_loss(run, profile):
+    inputs = run.calibration.profile_inputs
     plain = allocate(profile, 0.4, "gap")
-    refined = allocate(profile, 0.4, "gap", refine_rounds=1)
+    refined = refine_allocation(run.calibration, profile, plain, 0.4, rounds=1)
     history = refined.info["refine_history"]
-    assert history[0]["true_loss"] == pytest.approx(true_loss(profile.adapter, profile.profile_inputs, profile.scores,
-                                                               profile.table, plain))
-    assert true_loss(profile.adapter, profile.profile_inputs, profile.scores, profile.table, refined) <= history[0]["true_loss"] + 1e-9
+    assert history[0]["true_loss"] == pytest.approx(true_loss(run.adapter, inputs, profile.scores, profile.table,
+                                                              plain.choice))
+    assert true_loss(run.adapter, inputs, profile.scores, profile.table, refined.choice) <= history[0]["true_loss"] + 1e-9
     assert refined.removed_params(profile.table) >= int(round(0.4 * profile.total_params))

@@ -1,40 +1,32 @@
-"""The allocator contract: `allocator(context, budget_params) -> Allocation` (one option per component).
+"""The allocator contract: `allocator(table, signals, budget_params) -> Allocation`, numbers in and out.
 
 Every allocator picks among the same options as the loss table (DESIGN §1), so all of them are
 compared on equal terms: the same criterion decides *which* units go, the allocator decides *how many*.
+Allocators never see the model: what they read beyond the table arrives as `LayerSignals`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gapprune.allocate.knapsack import InfeasibleBudget
-from gapprune.calibrate.capture import LayerInputs
-from gapprune.calibrate.stats import CalibrationStats
-from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.loss_table import LossTable
+from gapprune.allocate.signals import LayerSignals
+from gapprune.allocate.table import LossTable
+from gapprune.components import COMPONENTS
 from gapprune.registry import Registry
+from gapprune.values import JsonValue
 
 
 @dataclass
-class AllocationContext:
-    """What allocators may read. `table` is required by `gap`; others use what they need."""
-
-    adapter: ModelAdapter
-    table: LossTable
-    scores: UnitScores
-    inputs: LayerInputs | None = None
-    stats: CalibrationStats | None = None
-
-
-@dataclass
-class Allocation:
+class Allocation(JsonValue):
     """choice[c][layer] = index into table.options[c]."""
+
+    file_kind: ClassVar[str] = "allocation"
+    json_indent: ClassVar[int | None] = 1
 
     allocator: str
     choice: dict[str, list[int]]
@@ -52,8 +44,16 @@ class Allocation:
     def predicted_loss(self, table: LossTable) -> float:
         return float(sum(v for per in self.losses(table) for v in per.values()))
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"allocator": self.allocator, "choice": self.choice, "info": self.info}
 
-Allocator = Callable[[AllocationContext, int], Allocation]
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Allocation:
+        return cls(data["allocator"], {c: [int(k) for k in v] for c, v in data["choice"].items()}, data.get("info", {}))
+
+
+
+Allocator = Callable[[LossTable, LayerSignals, int], Allocation]
 ALLOCATORS: Registry[Allocator] = Registry("allocator")
 
 
@@ -62,7 +62,7 @@ def check_budget(table: LossTable, budget_params: int) -> None:
     if budget_params > prunable:
         raise InfeasibleBudget(
             f"the budget asks to remove {budget_params:,} parameters but at most {prunable:,} are prunable "
-            "(embeddings, LM head and final norm are never pruned); lower --ratio"
+            "(embeddings, LM head and final norm are never pruned); lower the ratio"
         )
 
 
@@ -90,7 +90,7 @@ def fit_fractions_to_budget(
 
     check_budget(table, budget_params)
     if choose(hi)[1] < budget_params:
-        raise InfeasibleBudget("the allocator cannot reach the budget with its rate schedule; lower --ratio")
+        raise InfeasibleBudget("the allocator cannot reach the budget with its rate schedule; lower the ratio")
     for _ in range(60):
         mid = (lo + hi) / 2
         if choose(mid)[1] >= budget_params:

@@ -6,26 +6,27 @@ import math
 
 import numpy as np
 
-from gapprune.allocate.base import ALLOCATORS, Allocation, AllocationContext, check_budget
+from gapprune.allocate.base import ALLOCATORS, Allocation, check_budget
 from gapprune.allocate.knapsack import common_grain, solve_knapsack
-from gapprune.models.adapter import COMPONENTS
+from gapprune.allocate.signals import LayerSignals
+from gapprune.allocate.table import LossTable
+from gapprune.components import COMPONENTS
 
 
 @ALLOCATORS.register("gap")
-def gap_allocator(context: AllocationContext, budget_params: int) -> Allocation:
+def gap_allocator(table: LossTable, signals: LayerSignals | None, budget_params: int) -> Allocation:
     """Exact multiple-choice knapsack over the loss table (DESIGN §4).
 
-    Costs are divided by a grain: the gcd of the weight-only costs (multiples of `hidden`). Biases
+    Costs are divided by a grain: the gcd of the weight-only costs (multiples of `table.param_unit`). Biases
     and norms make exact costs slightly off-grain, so each is rounded *down* in grains, which can
     only under-count removals: the exact total is then checked and the budget raised by one grain
     until it is met.
     """
-    table = context.table
-    if not table.meta.get("measured", True):
+    if not table.measured:
         raise ValueError("the gap allocator needs a measured loss table (this one holds parameter costs only)")
     check_budget(table, budget_params)
-    hidden = context.adapter.hidden
-    weight_costs = [(table.removed[c] // hidden) * hidden for c in COMPONENTS]
+    unit = max(table.param_unit, 1)
+    weight_costs = [(table.removed[c] // unit) * unit for c in COMPONENTS]
     grain = common_grain([w.ravel() for w in weight_costs])
     groups = [(c, l) for l in range(table.n_layers) for c in COMPONENTS]
     costs = [table.removed[c][l] // grain for c, l in groups]

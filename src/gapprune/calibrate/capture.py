@@ -42,6 +42,15 @@ class LayerInputs:
     def n_batches(self) -> int:
         return len(self.final_hidden)
 
+    def prefix(self, n_batches: int) -> LayerInputs:
+        """The first `n_batches` calibration batches (the loss table is measured on such a prefix)."""
+        return LayerInputs(
+            hidden=[h[:n_batches] for h in self.hidden],
+            kwargs=[k[:n_batches] for k in self.kwargs],
+            final_hidden=self.final_hidden[:n_batches],
+            input_ids=self.input_ids[:n_batches],
+        )
+
     def layer_output(self, layer: int, batch: int) -> torch.Tensor:
         """The dense output of `layer` = the input of the next layer (or of the final norm)."""
         return self.hidden[layer + 1][batch] if layer + 1 < self.n_layers else self.final_hidden[batch]

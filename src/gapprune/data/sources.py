@@ -106,7 +106,7 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
             return read_text_file(local, spec.field, spec.joiner)
         looked.append(str(local))
     else:
-        looked.append(f"no data folder (set --data-dir or ${DATA_ENV})")
+        looked.append(f"no data folder (set data_dir or ${DATA_ENV})")
     try:
         return _load_from_hub(spec, split)
     except Exception as err:  # offline, datasets missing, hub error: report all places

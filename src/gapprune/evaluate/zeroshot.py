@@ -73,7 +73,7 @@ def write_task_configs(names: list[str], data_directory: str | Path | None, fold
     tasks_root = Path(lm_eval.__file__).parent / "tasks"
     root = resolve_data_dir(data_directory)
     if root is None:
-        raise FileNotFoundError("zero-shot tasks read local files: set --data-dir or $GAPPRUNE_DATA")
+        raise FileNotFoundError("zero-shot tasks read local files: set data_dir or $GAPPRUNE_DATA")
     for name in names:
         if name not in TASKS:
             raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")

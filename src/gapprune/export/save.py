@@ -29,6 +29,24 @@ def pruned_class_name(architecture: str) -> str:
     return modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE[base].__name__
 
 
+def write_atomically(out: str | Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
+    """Create folder `out` by `fill(tmp)` on a temporary sibling folder renamed at the end."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; choose another output folder or pass overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        fill(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 def save(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase | None,
@@ -39,12 +57,8 @@ def save(
     max_shard_size: str = "2GB",
 ) -> Path:
     """Save `model` (pruned or dense) and its tokenizer to `out`; `extras(tmp)` may add files."""
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; choose another --out or remove it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         config = model.config
         if getattr(config, "layer_shapes", None):
             arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
@@ -57,10 +71,5 @@ def save(
             tokenizer.save_pretrained(tmp)
         if extras is not None:
             extras(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return write_atomically(out, fill, overwrite=overwrite)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
 from gapprune.calibrate.stats import CalibrationStats
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.registry import Registry
+from gapprune.values import JsonValue
 
 
 @dataclass
@@ -30,14 +32,26 @@ CRITERIA: Registry[Criterion] = Registry("criterion")
 
 
 @dataclass
-class UnitScores:
+class UnitScores(JsonValue):
     """scores[layer][component]: (n_heads,) for attn, (intermediate,) for mlp, float64."""
+
+    file_kind: ClassVar[str] = "unit-scores file"
 
     criterion: str
     scores: list[dict[str, torch.Tensor]]
 
     def get(self, layer: int, component: str) -> torch.Tensor:
         return self.scores[layer][component]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"criterion": self.criterion,
+                "scores": [{c: [float(x) for x in v.tolist()] for c, v in per.items()} for per in self.scores]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UnitScores:
+        return cls(data["criterion"], [{c: torch.tensor(v, dtype=torch.float64) for c, v in per.items()}
+                                       for per in data["scores"]])
+
 
 
 def column_energy(weight: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-COMPONENTS = ("attn", "mlp")
+from gapprune.components import COMPONENTS  # re-exported: the adapters' vocabulary
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class ModelAdapter(ABC):
     @property
     def head_dim(self) -> int:
         return int(getattr(self.config, "head_dim", None) or self.hidden // self.config.num_attention_heads)
+
+    def unit_width(self, component: str) -> int:
+        """Input columns of the output projection that one unit owns: a query head's head_dim, or one channel."""
+        return self.head_dim if component == "attn" else 1
 
     @abstractmethod
     def layer_shape(self, layer: int) -> LayerShape:

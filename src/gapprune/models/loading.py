@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -77,6 +78,28 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
         raise
 
 
+def looks_like_hub_id(spec: str) -> bool:
+    """'owner/name' or 'name' with the characters the hub allows, not a filesystem-looking path."""
+    if spec.startswith((".", "/", "~")) or spec.endswith("/") or "\\" in spec or spec.count("/") > 1:
+        return False
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", spec))
+
+
+def read_config(source: str) -> Any:
+    """The model's config; a hub id that cannot be fetched gets a one-line reason instead of a traceback."""
+    try:
+        return AutoConfig.from_pretrained(source)
+    except OSError as err:
+        if Path(source).is_dir():
+            raise ValueError(f"{source} is not a model folder (no readable config.json): {err}") from None
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        reason = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached or has no such model"
+        raise FileNotFoundError(
+            f"{source!r} is not a local folder and cannot be loaded from the Hugging Face hub ({reason}); "
+            "pass a local folder, a .gguf file or an alias, or connect and check the id"
+        ) from None
+
+
 def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
     """Turn an alias or GGUF path into a loadable folder; hub ids and folders pass through."""
     path: Path | None = None
@@ -89,6 +112,11 @@ def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
     if path is None:
         if Path(spec).exists() and not Path(spec).is_dir():
             raise ValueError(f"{spec} is a file but not a .gguf; pass a model folder, a .gguf file or a hub id")
+        if not Path(spec).exists() and not looks_like_hub_id(spec):
+            raise FileNotFoundError(
+                f"model folder {spec} does not exist; pass an existing folder, a .gguf file, a hub id "
+                f"(owner/name) or an alias ({', '.join(ALIASES)})"
+            )
         return spec
     folder = _gguf_cache_folder(path, cache_dir or default_cache_dir())
     if not (folder / "config.json").is_file():
@@ -107,7 +135,7 @@ def load_model(
 
     start = time.perf_counter()
     source = resolve_model_source(spec, cache_dir)
-    config = AutoConfig.from_pretrained(source)
+    config = read_config(source)
     arch = (getattr(config, "architectures", None) or [""])[0]
     base_arch = arch.removeprefix("Gappruned")
     if getattr(config, "layer_shapes", None):

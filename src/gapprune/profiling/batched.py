@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.head import make_head_reference, metric_sums
+from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
 from gapprune.prune.plan import kept_units
 
@@ -50,7 +50,7 @@ def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[l
     """While active, copy g of the stacked batch sees the component with only units kept[g] (None: all)."""
     out = adapter.out_proj(layer, component)
     assert out is not None
-    unit = adapter.head_dim if component == "attn" else 1
+    unit = adapter.unit_width(component)
     n_units = out.in_features // unit
     copies = len(kept)
     mask = torch.ones(copies, n_units, dtype=out.weight.dtype, device=out.weight.device)
@@ -88,7 +88,75 @@ def _precision(device: torch.device, precision: str) -> contextlib.AbstractConte
     raise ValueError(f"precision must be float32 or bfloat16, got {precision!r}")
 
 
+Entries = dict[int, dict[str, list[int]]]  # layer -> component -> option indices to measure
+Measured = dict[int, dict[str, dict[int, float]]]  # layer -> component -> option index -> ΔL
+
+
 @torch.inference_mode()
+def measure_entries(
+    adapter: ModelAdapter,
+    inputs: LayerInputs,
+    scores: UnitScores,
+    options: dict[str, list[list[int]]],
+    entries: Entries,
+    *,
+    metric: str = "kl",
+    reference: HeadReference | None = None,
+    max_rows: int = 4096,
+    chunk_rows: int = 512,
+    precision: str = "float32",
+    progress: bool = True,
+    desc: str | None = None,
+    on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
+) -> Measured:
+    """Exact ΔL of the listed options only, each against its layer's own dense replay.
+
+    Layers are visited in the order of `entries`; `on_layer(layer, values)` runs after each (a
+    checkpoint hook). The model's current weights are the reference point: masks set by the caller
+    on other components (a plan) stay in place, so this also measures conditional ΔL.
+    """
+    device = next(adapter.model.parameters()).device
+    if reference is None:
+        reference = dense_head_reference(adapter, inputs, metric, device, chunk_rows)
+    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+    per_pass = max(1, max_rows // batch_tokens)
+    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (metric == "nll")) for h in inputs.final_hidden)
+    total = sum(len([k for k in ks if k]) for per in entries.values() for ks in per.values())
+    bar = tqdm(total=total, desc=desc or f"profile ΔL ({metric}, exact)", unit="opt", disable=not progress)
+    measured: Measured = {}
+    with _precision(device, precision):
+        for layer, per_component in entries.items():
+            values: dict[tuple[str, int], float] = {}
+            busy = [c for c in COMPONENTS if any(per_component.get(c, []))] or [COMPONENTS[0]]
+            for component in busy:
+                ks = [k for k in per_component.get(component, []) if k]
+                jobs: list[Job] = [("base", -1, None)] if component == busy[0] else []  # the dense base rides along
+                jobs += [(component, k, kept_units(scores, adapter, layer, component, options[component][k])) for k in ks]
+                for first in range(0, len(jobs), per_pass):
+                    chunk = jobs[first : first + per_pass]
+                    sums = replay_stacked(adapter, inputs, layer, component, [kept for *_, kept in chunk], reference,
+                                           device, chunk_rows)
+                    for (name, k, _), total_sum in zip(chunk, sums.tolist(), strict=True):
+                        values[(name, k)] = total_sum / positions
+                    bar.update(sum(1 for name, *_ in chunk if name != "base"))
+            base = values[("base", -1)]
+            row = {c: {0: 0.0} if 0 in per_component.get(c, []) else {} for c in COMPONENTS}
+            for (name, k), value in values.items():
+                if name != "base":
+                    row[name][k] = value - base
+            measured[layer] = row
+            if on_layer is not None:
+                on_layer(layer, row)
+    bar.close()
+    return measured
+
+
+def dense_head_reference(adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
+                         chunk_rows: int = 512) -> HeadReference:
+    return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
+                               device, chunk_rows)
+
+
 def build_loss_table_batched(
     adapter: ModelAdapter,
     inputs: LayerInputs,
@@ -101,55 +169,49 @@ def build_loss_table_batched(
     chunk_rows: int = 512,
     precision: str = "float32",
     layers: list[int] | None = None,
+    done: Measured | None = None,
+    on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
     progress: bool = True,
 ) -> LossTable:
     """ΔL for every option of every component of every layer, `max_rows` stacked tokens per pass.
 
-    `layers` profiles only those layers (the others stay 0): for timing and cost models.
+    `layers` profiles only those layers (the others stay 0): for timing and cost models. `done`
+    holds layers measured before (a resumed run): they are not replayed again.
     """
-    device = next(adapter.model.parameters()).device
     grid = option_grid(adapter, channel_step, mlp_stride)
-    loss = grid.empty_loss()
     start_time = time.perf_counter()
-    norm, head = adapter.final_norm(), adapter.lm_head()
-    reference = make_head_reference(norm, head, inputs.final_hidden, inputs.input_ids, metric, device, chunk_rows)
-    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
-    per_pass = max(1, max_rows // batch_tokens)
-    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (metric == "nll")) for h in inputs.final_hidden)
     layers = list(range(adapter.n_layers)) if layers is None else layers
+    done = dict(done or {})
+    todo = {layer: dict(grid.measured) for layer in layers if layer not in done}
     layer_wall: dict[int, float] = {}
-    total = len(layers) * sum(len(v) - 1 for v in grid.measured.values())
-    bar = tqdm(total=total, desc=f"profile ΔL ({metric}, batched)", unit="opt", disable=not progress)
-    with _precision(device, precision):
-        for layer in layers:
-            layer_start = time.perf_counter()
-            values: dict[tuple[str, int], float] = {}
-            for component in COMPONENTS:
-                jobs: list[Job] = [("base", -1, None)] if component == COMPONENTS[0] else []
-                jobs += [(component, k, kept_units(scores, adapter, layer, component, grid.options[component][k]))
-                         for k in grid.measured[component][1:]]
-                for first in range(0, len(jobs), per_pass):
-                    chunk = jobs[first : first + per_pass]
-                    sums = _replay_stacked(adapter, inputs, layer, component, [kept for *_, kept in chunk], reference,
-                                           device, chunk_rows)
-                    for (name, k, _), total_sum in zip(chunk, sums.tolist(), strict=True):
-                        values[(name, k)] = total_sum / positions
-                    bar.update(sum(1 for name, *_ in chunk if name != "base"))
-            base = values[("base", -1)]
-            for (name, k), value in values.items():
-                if name != "base":
-                    loss[name][layer, k] = value - base
-            grid.interpolate_(loss, layer)
-            layer_wall[layer] = round(time.perf_counter() - layer_start, 4)
-    bar.close()
+    last = [time.perf_counter()]
+
+    def timed(layer: int, row: dict[str, dict[int, float]]) -> None:
+        layer_wall[layer] = round(time.perf_counter() - last[0], 4)
+        last[0] = time.perf_counter()
+        if on_layer is not None:
+            on_layer(layer, row)
+
+    measured = measure_entries(adapter, inputs, scores, grid.options, todo, metric=metric, max_rows=max_rows,
+                               chunk_rows=chunk_rows, precision=precision, progress=progress,
+                               desc=f"profile ΔL ({metric}, batched)", on_layer=timed) if todo else {}
+    measured.update(done)
+    loss = grid.empty_loss()
+    for layer, row in measured.items():
+        for c, values in row.items():
+            for k, value in values.items():
+                loss[c][layer, int(k)] = value
+        grid.interpolate_(loss, layer)
+    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
-            "mlp_stride": mlp_stride, "measured": True, "precision": precision, "options_per_pass": per_pass,
+            "mlp_stride": mlp_stride, "measured": True, "precision": precision,
+            "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
             "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
     return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed,
-                     meta=meta)
+                     meta=meta, exact=grid.exact_mask(), param_unit=adapter.hidden)
 
 
-def _replay_stacked(adapter: ModelAdapter, inputs: LayerInputs, start: int, component: str,
+def replay_stacked(adapter: ModelAdapter, inputs: LayerInputs, start: int, component: str,
                     kept: list[list[int] | None], reference: Any, device: torch.device, chunk_rows: int) -> np.ndarray:
     """Summed metric of each option (copy) over all calibration batches, layers start...L replayed."""
     copies = len(kept)

@@ -76,7 +76,7 @@ def mask_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, *, batch_size
                     out = adapter.out_proj(layer, c)
                     if out is None:
                         continue
-                    unit = adapter.head_dim if c == "attn" else 1
+                    unit = adapter.unit_width(c)
                     mask = torch.ones(batch.shape[0], out.in_features // unit, device=device, requires_grad=True)
                     masks[(layer, c)] = mask
                     handles.append(out.register_forward_pre_hook(_mask_hook(mask, unit)))
@@ -136,8 +136,9 @@ def build_loss_table_fisher(
                 loss[c][layer, k] = fisher_delta(g, removed, positions)
     meta = {"profiler": "fisher", "labels": labels, "tokens": int(input_ids.numel()), "samples": int(input_ids.shape[0]),
             "channel_step": channel_step, "measured": True, "wall_s": round(time.perf_counter() - start, 2)}
+    estimated = {c: np.zeros(v.shape, dtype=bool) for c, v in loss.items()}
     return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed,
-                     meta=meta)
+                     meta=meta, exact=estimated, param_unit=adapter.hidden)
 
 
 def ranks(x: np.ndarray) -> np.ndarray:

@@ -8,72 +8,22 @@ Only layers l...L change, so each entry replays them from the cached inputs of l
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from gapprune.allocate.table import LossTable
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.metrics import METRICS, DenseReference, head_logits, make_reference, metric_positions
 from gapprune.prune.options import attention_options, mlp_options
 from gapprune.prune.plan import kept_units, option_params
-
-
-@dataclass
-class LossTable:
-    """ΔL and parameter cost of every option of every component.
-
-    options[c]: option descriptors shared by all layers ([g, q] or [channels]);
-    loss[c], removed[c]: (n_layers, n_options) arrays of ΔL and parameters removed.
-    """
-
-    metric: str
-    criterion: str
-    options: dict[str, list[list[int]]]
-    loss: dict[str, np.ndarray]
-    removed: dict[str, np.ndarray]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n_layers(self) -> int:
-        return int(self.loss["attn"].shape[0])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "criterion": self.criterion,
-            "options": self.options,
-            "loss": {c: v.tolist() for c, v in self.loss.items()},
-            "removed": {c: v.tolist() for c, v in self.removed.items()},
-            "meta": self.meta,
-        }
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> LossTable:
-        try:
-            data = json.loads(Path(path).read_text())
-            return cls(
-                metric=data["metric"],
-                criterion=data["criterion"],
-                options={c: [list(o) for o in v] for c, v in data["options"].items()},
-                loss={c: np.asarray(v, dtype=np.float64) for c, v in data["loss"].items()},
-                removed={c: np.asarray(v, dtype=np.int64) for c, v in data["removed"].items()},
-                meta=data.get("meta", {}),
-            )
-        except (OSError, KeyError, ValueError) as err:
-            raise ValueError(f"{path} is not a readable loss table: {err}") from None
 
 
 def component_options(adapter: ModelAdapter, layer: int, channel_step: int) -> dict[str, list[list[int]]]:
@@ -108,7 +58,7 @@ class UnitMasks:
         """Keep only units `kept` of the component (None or all ids: dense)."""
         out = self.adapter.out_proj(layer, component)
         assert out is not None
-        unit = self.adapter.head_dim if component == "attn" else 1
+        unit = self.adapter.unit_width(component)
         n_units = out.in_features // unit
         key = (layer, component)
         if key in self._saved:
@@ -179,6 +129,13 @@ class OptionGrid:
     def empty_loss(self) -> dict[str, np.ndarray]:
         return {c: np.zeros(v.shape) for c, v in self.removed.items()}
 
+    def exact_mask(self) -> dict[str, np.ndarray]:
+        """(n_layers, n_options) bool per component: True for the replayed options."""
+        mask = {c: np.zeros(v.shape, dtype=bool) for c, v in self.removed.items()}
+        for c, picked in self.measured.items():
+            mask[c][:, picked] = True
+        return mask
+
     def interpolate_(self, loss: dict[str, np.ndarray], layer: int) -> None:
         """Fill the options that were not replayed, linearly in parameters removed."""
         for c, picked in self.measured.items():
@@ -248,4 +205,6 @@ def build_loss_table(
         bar.close()
     meta = {"profiler": "reference", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
             "mlp_stride": mlp_stride, "measured": measure, "wall_s": round(time.perf_counter() - start_time, 2)}
-    return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed, meta=meta)
+    exact = grid.exact_mask() if measure else {c: np.zeros(v.shape, dtype=bool) for c, v in loss.items()}
+    return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed,
+                     meta=meta, exact=exact, param_unit=adapter.hidden)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.prune.plan import Plan, apply_plan_
 
 log = logging.getLogger(__name__)
 COMPENSATIONS = ("lsq", "bias", "none")
@@ -164,3 +165,35 @@ def add_bias_(linear: nn.Linear, shift: torch.Tensor) -> None:
     if linear.bias is None:
         linear.bias = nn.Parameter(torch.zeros(linear.out_features, dtype=linear.weight.dtype, device=linear.weight.device))
     linear.bias.data.add_(shift.to(linear.bias.device))
+
+
+def prune_and_compensate_(adapter: ModelAdapter, plan: Plan, method: str = "none", stats: GramStats | None = None,
+                          ridge: float = 1.0) -> dict[str, Any]:
+    """Apply `plan` physically, then re-fit the pruned output projections by `method`.
+
+    Keeps the bookkeeping compensation needs: the dense output-projection weights from before the
+    surgery and, per component, the dense input columns that survive it (a kept head owns
+    `unit_width` consecutive columns).
+    """
+    if method not in COMPENSATIONS:
+        raise ValueError(f"unknown compensation {method!r}; choose from {', '.join(COMPENSATIONS)}")
+    if method == "none":
+        apply_plan_(adapter, plan)
+        return {"method": "none"}
+    if stats is None:
+        raise ValueError("compensation needs the Gram statistics of the calibration pass (gram_hooks)")
+    dense_out = {}
+    for lp in plan.layers:
+        for c in COMPONENTS:
+            out = adapter.out_proj(lp.layer, c)
+            if out is not None:
+                dense_out[(lp.layer, c)] = out.weight.data.clone()
+    kept: dict[tuple[int, str], list[int]] = {}
+    for lp in plan.layers:
+        for c in COMPONENTS:
+            width = adapter.unit_width(c)
+            kept[(lp.layer, c)] = [u * width + d for u in lp.component(c).kept for d in range(width)]
+    apply_plan_(adapter, plan)
+    summary = compensate_(adapter, dense_out, kept, stats, method, ridge)
+    adapter.record_shapes_()  # compensation may have added biases
+    return summary

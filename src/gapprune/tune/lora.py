@@ -43,9 +43,9 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError("--dtype must be float32 or bfloat16")
+            raise ValueError("dtype must be float32 or bfloat16")
         if self.rank <= 0 or self.cutoff < 8 or self.batch_size <= 0:
-            raise ValueError("--rank, --cutoff (>= 8) and --batch-size must be positive")
+            raise ValueError("rank, cutoff (>= 8) and batch_size must be positive")
 
 
 @dataclass
@@ -91,7 +91,7 @@ def lora_tune(
     examples = tokenize_examples(records, tokenizer, config.cutoff, config.train_on_inputs)
     val, train = examples[: config.val_examples], examples[config.val_examples :]
     if not train:
-        raise ValueError("no training examples left after the validation split; lower --val-examples")
+        raise ValueError("no training examples left after the validation split; lower val_examples")
     dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
     model.to(dtype)
     targets = sorted({name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)} & set(LINEAR_PROJECTIONS))

@@ -1,0 +1,59 @@
+"""Per-layer checkpoints of a loss table being measured, so a killed run resumes where it stopped.
+
+Rows are keyed by everything that decides their values (model fingerprint, calibration tokens,
+criterion, metric, option grid); a different run never reads them. Each row is written to a
+temporary file and renamed, so a kill leaves whole rows or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, dict[int, float]]  # component -> option index -> ΔL
+
+
+def run_key(parts: dict[str, Any], *tensors_bytes: bytes) -> str:
+    """A short hash of the run's defining settings and data."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode())
+    for blob in tensors_bytes:
+        digest.update(blob)
+    return digest.hexdigest()[:20]
+
+
+class LayerCheckpoint:
+    """Rows of one table under `root/key/`: `layer_<l>.json`, written atomically."""
+
+    def __init__(self, root: str | Path, key: str) -> None:
+        self.folder = Path(root) / key
+
+    def save(self, layer: int, row: Row) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        data = {c: {str(k): v for k, v in values.items()} for c, values in row.items()}
+        fd, tmp = tempfile.mkstemp(prefix=f".layer_{layer}.", dir=self.folder)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.folder / f"layer_{layer}.json")
+
+    def load(self) -> dict[int, Row]:
+        """Every complete row saved so far (unreadable ones are skipped and measured again)."""
+        rows: dict[int, Row] = {}
+        if not self.folder.is_dir():
+            return rows
+        for path in sorted(self.folder.glob("layer_*.json")):
+            try:
+                data = json.loads(path.read_text())
+                rows[int(path.stem.removeprefix("layer_"))] = {
+                    c: {int(k): float(v) for k, v in values.items()} for c, values in data.items()
+                }
+            except (OSError, ValueError):
+                continue
+        return rows
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

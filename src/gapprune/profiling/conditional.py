@@ -1,0 +1,87 @@
+"""ΔL around a plan: every component measured *given all the others pruned as planned*.
+
+The additive model behind the knapsack ignores interactions between components. Refinement (DESIGN
+§4, `refine`) corrects for them: re-capture the layer inputs with the plan's masks in place,
+then, one component at a time, lift that component's mask and measure each option of it with the
+batched exact profiler against the plan-with-that-component-dense. `true_loss` measures a whole
+plan at once (every component pruned), which is how refinement decides which plan to keep.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from gapprune.allocate.table import LossTable
+from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs
+from gapprune.components import COMPONENTS
+from gapprune.importance.base import UnitScores
+from gapprune.models.adapter import ModelAdapter
+from gapprune.profiling.batched import dense_head_reference, measure_entries, replay_stacked
+from gapprune.profiling.loss_table import UnitMasks, measured_options
+from gapprune.prune.plan import kept_units
+
+Choice = dict[str, list[int]]  # component -> option index per layer
+
+
+def kept_by_component(adapter: ModelAdapter, scores: UnitScores, table: LossTable, choice: Choice) -> dict[tuple[int, str], list[int]]:
+    return {
+        (layer, c): kept_units(scores, adapter, layer, c, table.options[c][choice[c][layer]])
+        for layer in range(table.n_layers)
+        for c in COMPONENTS
+    }
+
+
+@torch.inference_mode()
+def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, table: LossTable, choice: Choice,
+              chunk_rows: int = 512) -> float:
+    """The metric with every component pruned as `choice` says, minus the dense model's (per position)."""
+    device = next(adapter.model.parameters()).device
+    reference = dense_head_reference(adapter, inputs, table.metric, device, chunk_rows)
+    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (table.metric == "nll")) for h in inputs.final_hidden)
+
+    def replay() -> float:
+        return float(replay_stacked(adapter, inputs, 0, COMPONENTS[0], [None], reference, device, chunk_rows)[0])
+
+    dense = replay()
+    with UnitMasks(adapter) as masks:
+        for (layer, c), kept in kept_by_component(adapter, scores, table, choice).items():
+            masks.set_(layer, c, kept)
+        return (replay() - dense) / positions
+
+
+@torch.inference_mode()
+def conditional_loss_table(
+    adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, table: LossTable, choice: Choice,
+    mlp_stride: int = 1, progress: bool = True,
+) -> LossTable:
+    """ΔL[l, c, k] = M(plan with (l, c) at option k) − M(plan with (l, c) dense), the others as planned."""
+    device = next(adapter.model.parameters()).device
+    reference = dense_head_reference(adapter, inputs, table.metric, device)  # always against the dense model
+    planned_kept = kept_by_component(adapter, scores, table, choice)
+    loss = {c: np.zeros_like(table.loss[c]) for c in COMPONENTS}
+    measured = {c: measured_options(len(table.options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}
+    batch = int(inputs.input_ids[0].shape[0])
+    exact = {c: np.zeros(table.loss[c].shape, dtype=bool) for c in COMPONENTS}
+    with UnitMasks(adapter) as masks:
+        for (layer, c), kept in planned_kept.items():
+            masks.set_(layer, c, kept)
+        planned = capture_layer_inputs(adapter, torch.cat(inputs.input_ids), batch_size=batch, progress=False)
+        bar = tqdm(total=table.n_layers * len(COMPONENTS), desc="refine ΔL around the plan", disable=not progress)
+        for layer in range(table.n_layers):
+            for c in COMPONENTS:
+                masks.set_(layer, c, None)
+                row = measure_entries(adapter, planned, scores, table.options, {layer: {c: measured[c]}},
+                                      metric=table.metric, reference=reference, progress=False)[layer][c]
+                for k, value in row.items():
+                    loss[c][layer, k] = value
+                    exact[c][layer, k] = True
+                if len(measured[c]) < len(table.options[c]):
+                    loss[c][layer] = np.interp(table.removed[c][layer], table.removed[c][layer, measured[c]],
+                                               loss[c][layer, measured[c]])
+                masks.set_(layer, c, planned_kept[(layer, c)])
+                bar.update()
+        bar.close()
+    return LossTable(table.metric, table.criterion, table.options, loss, table.removed,
+                     {**table.meta, "conditional": True}, exact, table.param_unit)

@@ -1,0 +1,119 @@
+"""Stages save, load and resume: profile folders, --plan, per-layer checkpoints, determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gapprune.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def prune_args(folder: Path, text: Path, out: Path, *extra: str) -> list[str]:
+    return ["prune", str(folder), "--ratio", "0.3", "--out", str(out), "--calib", str(text), "--calib-samples", "4",
+            "--profile-samples", "4", "--seq-len", "32", "--batch-size", "2", "--channel-step", "32", "--mlp-stride",
+            "1", "--no-plots", *extra]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    wa, wb = weights(a), weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def logits(folder: Path) -> torch.Tensor:
+    import gapprune
+
+    model, _ = gapprune.load(str(folder))
+    with torch.inference_mode():
+        return model(input_ids=torch.arange(40).view(2, 20)).logits
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GAPPRUNE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_same_command_twice_gives_identical_plan_and_weights(tiny_model_folder, tmp_path, cache):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "a")) == 0
+    assert main(prune_args(folder, text, tmp_path / "b")) == 0
+    assert (tmp_path / "a" / "plan.json").read_bytes() == (tmp_path / "b" / "plan.json").read_bytes()
+    assert same_weights(tmp_path / "a", tmp_path / "b")
+
+
+def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, cache):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "first")) == 0
+    plan = tmp_path / "first" / "plan.json"
+    assert main(prune_args(folder, text, tmp_path / "again", "--plan", str(plan))) == 0
+    assert torch.equal(logits(tmp_path / "first"), logits(tmp_path / "again"))
+    assert json.loads(plan.read_text())["layers"] == json.loads((tmp_path / "again" / "plan.json").read_text())["layers"]
+
+
+def test_a_profile_folder_serves_other_ratios_and_allocators(tiny_model_folder, tmp_path, cache):
+    folder, text = tiny_model_folder
+    profile_args = ["profile", str(folder), "--out", str(tmp_path / "profile"), "--calib", str(text), "--calib-samples",
+                    "4", "--profile-samples", "4", "--seq-len", "32", "--batch-size", "2", "--channel-step", "32",
+                    "--mlp-stride", "1"]
+    assert main(profile_args) == 0
+    direct = tmp_path / "direct"
+    assert main(prune_args(folder, text, direct, "--ratio", "0.4")) == 0
+    reused = tmp_path / "reused"
+    assert main(prune_args(folder, text, reused, "--ratio", "0.4", "--profile", str(tmp_path / "profile"))) == 0
+    assert (direct / "plan.json").read_bytes() == (reused / "plan.json").read_bytes()
+    assert main(prune_args(folder, text, tmp_path / "owl", "--allocator", "owl", "--profile", str(direct))) == 0
+
+
+def test_a_profile_of_other_settings_is_refused(tiny_model_folder, tmp_path, cache, capsys):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "a")) == 0
+    code = main(prune_args(folder, text, tmp_path / "b", "--criterion", "magnitude", "--profile", str(tmp_path / "a")))
+    assert code == 2 and "settings differ: criterion" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+KILL_AFTER_LAYERS = """
+import os, signal, sys
+from gapprune.profiling.checkpoint import LayerCheckpoint
+from gapprune.cli import main
+saved = LayerCheckpoint.save
+count = [0]
+def save_then_die(self, layer, row):
+    saved(self, layer, row)
+    count[0] += 1
+    if count[0] == int(os.environ["KILL_AFTER"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+LayerCheckpoint.save = save_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_profile_resumes_and_ends_with_the_same_plan(tiny_model_folder, tmp_path, cache):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "whole")) == 0
+    killed = tmp_path / "killed"
+    env = {**os.environ, "KILL_AFTER": "2", "GAPPRUNE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", KILL_AFTER_LAYERS, *prune_args(folder, text, killed)], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert not killed.exists()  # no half-written output folder
+    rows = list(cache.glob("tables/*/layer_*.json"))
+    assert len(rows) == 2  # two of four layers were measured before the kill
+    assert main(prune_args(folder, text, killed)) == 0
+    table = json.loads((killed / "loss_table.json").read_text())
+    assert table["meta"]["resumed_layers"] == sorted(int(p.stem.split("_")[1]) for p in rows)
+    assert (killed / "plan.json").read_bytes() == (tmp_path / "whole" / "plan.json").read_bytes()
+    assert not list(cache.glob("tables/*/layer_*.json"))  # a finished table leaves no checkpoint behind
