@@ -235,3 +235,58 @@ def test_failed_export_leaves_no_file(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         export_gguf(tiny("llama", len(tokenizer)), tokenizer, tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def smollm2_pruned():
+    try:
+        model, tokenizer = gapprune.load("smollm2-135m")
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    record_gguf_source(model, "smollm2-135m")
+    adapter = get_adapter(model)
+    adapter.prune_attention_(0, [])  # 9 query heads over 3 KV groups in the dense model
+    adapter.prune_attention_(3, [0, 1, 3, 4])  # 2 groups x 2 heads
+    adapter.prune_mlp_(4, [])
+    adapter.prune_mlp_(7, list(range(0, 1536, 3)))
+    adapter.layers[7].mlp.down_proj = _with_bias(adapter.layers[7].mlp.down_proj)
+    adapter.record_shapes_()
+    return model, tokenizer
+
+
+SMOLLM2_TEXT = (
+    " = Valkyria Chronicles III = \n Senjō no Valkyria 3 : Unrecorded Chronicles ( Japanese : 戦場のヴァルキュリア3 ) "
+    "is a tactical role @-@ playing video game developed by Sega and Media.Vision for the PlayStation Portable . "
+    "Released in January 2011 in Japan , it is the third game in the Valkyria series ; 1,234.5 % of   spaces\n\n"
+)
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_matches_transformers_with_copied_and_converted_tokenizers(smollm2_pruned, tmp_path):
+    model, tokenizer = smollm2_pruned
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}], tokenize=False,
+                                         add_generation_prompt=True)
+    copied = export_gguf(model, tokenizer, tmp_path / "copied.gguf", file_type="f32")
+    assert copied.tokenizer == "gguf:SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert copied.padding_params == 4 * 64 * 576 + 576 + 4 * 576  # layer 0's head, layer 4's MLP channel
+    ids = tokenizer(SMOLLM2_TEXT, add_special_tokens=False)["input_ids"]
+    runner = GgufRunner(copied.path, n_ctx=256, n_batch=256)
+    try:
+        for text in (SMOLLM2_TEXT, chat):
+            assert runner.tokenize(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
+        expected = hf_logits(model, ids)
+        np.testing.assert_allclose(runner.decode(ids), expected, rtol=0, atol=1e-3)  # logits up to ~30
+    finally:
+        runner.close()
+    del model.config.gguf_source  # now the tokenizer is converted from transformers' tokenizer.json
+    try:
+        converted = export_gguf(model, tokenizer, tmp_path / "converted.gguf", file_type="f16")
+    finally:
+        record_gguf_source(model, "smollm2-135m")
+    assert converted.tokenizer == "huggingface"
+    runner = GgufRunner(converted.path, n_ctx=256, n_batch=256)
+    try:
+        for text in (SMOLLM2_TEXT, chat):
+            assert runner.tokenize(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
+    finally:
+        runner.close()
