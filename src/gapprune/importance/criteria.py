@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from gapprune.importance.base import CRITERIA, ScoringContext, column_energy, per_head
+from gapprune.models.adapter import Projections
 
 
 def _out_role(component: str) -> str:
@@ -16,21 +17,32 @@ def _reduce(values: torch.Tensor, context: ScoringContext, component: str) -> to
     return per_head(values, context.adapter.head_dim) if component == "attn" else values
 
 
+def _projections(context: ScoringContext, layer: int, component: str) -> Projections:
+    found = context.adapter.projections(layer, component)
+    if found is None:
+        raise ValueError(f"layer {layer} has no {component} left to score; profile a dense model")
+    return found
+
+
+def _per_unit(context: ScoringContext, layer: int, component: str, unit_rows: torch.Tensor, group_rows: torch.Tensor | None,
+              out_cols: torch.Tensor) -> torch.Tensor:
+    """Per-unit totals from per-row values of unit-owned and KV-group-shared outputs and per-column values
+    of the output projection; a KV group's shared value is split evenly over its query heads."""
+    own = _reduce(unit_rows, context, component) + _reduce(out_cols, context, component)
+    if group_rows is None:
+        return own
+    shape = context.adapter.layer_shape(layer)
+    n_rep = shape.n_heads // shape.n_kv_heads
+    return own + per_head(group_rows, context.adapter.head_dim).repeat_interleave(n_rep) / n_rep
+
+
 @CRITERIA.register("magnitude")
 def magnitude(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """Sum of squared weights a unit owns (a KV head's k/v rows are shared by its query heads)."""
-    adapter = context.adapter
-    linears = adapter.component_weights(layer, component)
-    if component == "mlp":
-        gate, up, down = linears
-        return (gate.weight.double().square().sum(1) + up.weight.double().square().sum(1)).cpu() + column_energy(down.weight)
-    q, k, v, o = linears
-    hd = adapter.head_dim
-    shape = adapter.layer_shape(layer)
-    n_rep = shape.n_heads // shape.n_kv_heads
-    own = per_head(q.weight.double().square().sum(1).cpu(), hd) + per_head(column_energy(o.weight), hd)
-    shared = per_head((k.weight.double().square().sum(1) + v.weight.double().square().sum(1)).cpu(), hd)  # (n_kv,)
-    return own + shared.repeat_interleave(n_rep) / n_rep
+    p = _projections(context, layer, component)
+    rows = sum(lin.weight.detach().double().square().sum(1).cpu() for lin in p.unit_rows)
+    shared = sum(lin.weight.detach().double().square().sum(1).cpu() for lin in p.group_rows) if p.group_rows else None
+    return _per_unit(context, layer, component, rows, shared, column_energy(p.out.weight))
 
 
 def _needs_stats(context: ScoringContext, name: str) -> None:
@@ -59,21 +71,13 @@ def fluctuation(context: ScoringContext, layer: int, component: str) -> torch.Te
 @CRITERIA.register("taylor")
 def taylor(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """|Σ w · ∂L/∂w| over all weights of the unit (first-order loss change of removing it)."""
-    adapter = context.adapter
     if not context.grads:
         raise ValueError("criterion 'taylor' needs gradients; run importance.taylor.accumulate_gradients first")
-    linears = adapter.component_weights(layer, component)
+    p = _projections(context, layer, component)
 
     def wg(linear: torch.nn.Linear) -> torch.Tensor:
         return linear.weight.detach().double() * context.grads[id(linear.weight)].double()
 
-    if component == "mlp":
-        gate, up, down = linears
-        return (wg(gate).sum(1) + wg(up).sum(1) + wg(down).sum(0)).abs()
-    q, k, v, o = linears
-    hd = adapter.head_dim
-    shape = adapter.layer_shape(layer)
-    n_rep = shape.n_heads // shape.n_kv_heads
-    own = per_head(wg(q).sum(1), hd) + per_head(wg(o).sum(0), hd)
-    shared = per_head(wg(k).sum(1) + wg(v).sum(1), hd).repeat_interleave(n_rep) / n_rep
-    return (own + shared).abs()
+    rows = sum(wg(lin).sum(1) for lin in p.unit_rows)
+    shared = sum(wg(lin).sum(1) for lin in p.group_rows) if p.group_rows else None
+    return _per_unit(context, layer, component, rows, shared, wg(p.out).sum(0)).abs()

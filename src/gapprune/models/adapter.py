@@ -34,6 +34,23 @@ class LayerShape:
         }
 
 
+@dataclass(frozen=True)
+class Projections:
+    """A component's linear projections by the role their rows/columns play for its units.
+
+    unit_rows: outputs are per unit (q_proj per query head; gate/up per channel);
+    group_rows: outputs are per KV group, shared by its query heads (k_proj, v_proj; none for the MLP);
+    out: the output projection, whose input columns are the units (o_proj, down_proj).
+    """
+
+    unit_rows: tuple[nn.Linear, ...]
+    group_rows: tuple[nn.Linear, ...]
+    out: nn.Linear
+
+    def all(self) -> list[nn.Linear]:
+        return [*self.unit_rows, *self.group_rows, self.out]
+
+
 class ModelAdapter(ABC):
     """Family-specific access to a decoder-only causal LM, for pruning."""
 
@@ -76,8 +93,18 @@ class ModelAdapter(ABC):
         `attn_in` (q_proj), `attn_out` (o_proj), `mlp_in` (gate_proj), `mlp_out` (down_proj)."""
 
     @abstractmethod
+    def projections(self, layer: int, component: str) -> Projections | None:
+        """The component's projections by role (None when the sub-block is removed)."""
+
     def component_weights(self, layer: int, component: str) -> list[nn.Linear]:
         """All Linear modules of a component (for magnitude, Taylor and parameter counts)."""
+        found = self.projections(layer, component)
+        return [] if found is None else found.all()
+
+    @property
+    @abstractmethod
+    def projection_names(self) -> tuple[str, ...]:
+        """Module names of the decoder's linear projections (LoRA targets), e.g. `q_proj`, ..., `down_proj`."""
 
     @abstractmethod
     def final_norm(self) -> nn.Module: ...

@@ -13,11 +13,13 @@ import torch
 from torch import nn
 
 from gapprune.export.modeling_gapprune import RemovedAttention, RemovedMLP
-from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, slice_linear
+from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, Projections, slice_linear
 
 
 @ADAPTERS.register_architecture("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 class LlamaFamilyAdapter(ModelAdapter):
+    projection_names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
     @property
     def layers(self) -> nn.ModuleList:
         return self.model.model.layers
@@ -61,12 +63,12 @@ class LlamaFamilyAdapter(ModelAdapter):
             points["mlp_in"], points["mlp_out"] = mlp.gate_proj, mlp.down_proj
         return points
 
-    def component_weights(self, layer: int, component: str) -> list[nn.Linear]:
+    def projections(self, layer: int, component: str) -> Projections | None:
         if component == "attn":
             attn = self._attn(layer)
-            return [] if attn is None else [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
+            return None if attn is None else Projections((attn.q_proj,), (attn.k_proj, attn.v_proj), attn.o_proj)
         mlp = self._mlp(layer)
-        return [] if mlp is None else [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        return None if mlp is None else Projections((mlp.gate_proj, mlp.up_proj), (), mlp.down_proj)
 
     def component_module_params(self, layer: int, component: str) -> list[nn.Parameter]:
         block = self.layers[layer]

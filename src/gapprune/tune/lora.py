@@ -15,10 +15,10 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from gapprune.models import get_adapter
 from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
 
 log = logging.getLogger(__name__)
-LINEAR_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,8 @@ def lora_tune(
         raise ValueError("no training examples left after the validation split; lower val_examples")
     dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
     model.to(dtype)
-    targets = sorted({name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)} & set(LINEAR_PROJECTIONS))
+    present = {name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    targets = sorted(present & set(get_adapter(model).projection_names))
     lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
                       task_type="CAUSAL_LM")
     peft_model = get_peft_model(model, lora)
