@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     Qwen2Config,
@@ -49,7 +51,26 @@ def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
-FAMILIES = {"llama": tiny_llama, "qwen3": tiny_qwen3, "qwen2": tiny_qwen2}
+def tiny_gemma3(seed: int = 0, n_kv_heads: int = 2) -> Gemma3ForCausalLM:
+    """Sliding and global layers (window 8 < the 24-token test batch), random norm weights so that the
+    pre/post, q/k norms all act, tied scaled embeddings."""
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=n_kv_heads, head_dim=16, query_pre_attn_scalar=16, vocab_size=256,
+        max_position_embeddings=256, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    )
+    config.architectures = ["Gemma3ForCausalLM"]
+    model = Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(-0.5, 0.5)  # Gemma norms scale by (1 + weight); init is all zeros
+    return model
+
+
+FAMILIES = {"llama": tiny_llama, "qwen3": tiny_qwen3, "qwen2": tiny_qwen2, "gemma3": tiny_gemma3}
 
 
 @pytest.fixture(params=sorted(FAMILIES))

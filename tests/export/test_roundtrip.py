@@ -28,8 +28,8 @@ def greedy(model, ids):
         return model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
 
 
-def test_save_then_reload_both_ways_gives_identical_logits_and_generations(llama, token_ids, tmp_path):
-    model = heterogeneous(llama)
+def test_save_then_reload_both_ways_gives_identical_logits_and_generations(tiny_model, token_ids, tmp_path):
+    model = heterogeneous(tiny_model)
     with torch.inference_mode():
         expected = model(input_ids=token_ids).logits
     expected_gen = greedy(model, token_ids[:1, :6])
@@ -46,8 +46,8 @@ def test_save_then_reload_both_ways_gives_identical_logits_and_generations(llama
         assert torch.equal(greedy(reloaded, token_ids[:1, :6]), expected_gen)
 
 
-def test_generation_with_kv_cache_matches_full_recompute(llama, token_ids):
-    model = heterogeneous(llama)
+def test_generation_with_kv_cache_matches_full_recompute(tiny_model, token_ids):
+    model = heterogeneous(tiny_model)
     ids = token_ids[:1, :6]
     cached = greedy(model, ids)
     with torch.inference_mode():

@@ -1,4 +1,4 @@
-"""Modeling code for gapprune's pruned Llama-family models; imports only torch and transformers.
+"""Modeling code for gapprune's pruned Llama-family and Gemma 3 models; imports only torch and transformers.
 
 This file is copied next to the weights of every saved model and registered through `auto_map`,
 so `AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)` works where gapprune is
@@ -8,7 +8,9 @@ stored in `config.layer_shapes` (a list of dicts, one per layer):
 
     {"num_attention_heads": int, "num_key_value_heads": int, "intermediate_size": int}
 
-A count of 0 means the sub-block was removed: the residual stream passes through untouched.
+A count of 0 means the sub-block was removed: the residual stream passes through untouched, so
+the norms that belong to the sub-block go with it (`SUB_BLOCK_NORMS`: Llama has one pre-norm per
+sub-block, Gemma 3 a pre- and a post-norm around each).
 Optional `attn_out_bias` / `mlp_out_bias` say that o_proj / down_proj carry a bias (added by
 training-free compensation).
 """
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import (
+    Gemma3ForCausalLM,
     LlamaForCausalLM,
     MistralForCausalLM,
     Qwen2ForCausalLM,
@@ -54,17 +57,44 @@ class RemovedMLP(nn.Module):
         return torch.zeros_like(hidden_states)
 
 
+SubBlockNorms = dict[str, tuple[str, ...]]
+
+LLAMA_NORMS: SubBlockNorms = {"attn": ("input_layernorm",), "mlp": ("post_attention_layernorm",)}
+"""Llama-style layers: one RMSNorm before each sub-block (`post_attention_layernorm` is the MLP's)."""
+
+GEMMA3_NORMS: SubBlockNorms = {
+    "attn": ("input_layernorm", "post_attention_layernorm"),
+    "mlp": ("pre_feedforward_layernorm", "post_feedforward_layernorm"),
+}
+"""Gemma 3 layers: x + post_norm(block(pre_norm(x))) for each sub-block, so both norms are the block's."""
+
+
+def remove_sub_block_(layer: nn.Module, component: str, norms: SubBlockNorms) -> None:
+    """Replace a sub-block by a zero-output stand-in and its norms by identities.
+
+    The stand-in outputs zeros and every RMSNorm maps zeros to zeros, so the identities keep the
+    residual stream exactly as skipping the sub-block would, with none of its parameters left.
+    """
+    if component == "attn":
+        layer.self_attn = RemovedAttention(layer.self_attn.layer_idx)
+    else:
+        layer.mlp = RemovedMLP()
+    for name in norms[component]:
+        setattr(layer, name, nn.Identity())
+
+
 def _resized_linear(linear: nn.Linear, in_features: int, out_features: int, bias: bool | None = None) -> nn.Linear:
     has_bias = linear.bias is not None if bias is None else bias
     return nn.Linear(in_features, out_features, bias=has_bias, device=linear.weight.device, dtype=linear.weight.dtype)
 
 
-def resize_decoder_layer_(layer: nn.Module, shape: dict[str, Any], head_dim: int) -> None:
+def resize_decoder_layer_(
+    layer: nn.Module, shape: dict[str, Any], head_dim: int, norms: SubBlockNorms = LLAMA_NORMS
+) -> None:
     """Give one decoder layer the shapes in `shape` (weights uninitialised; loading fills them)."""
     n_heads, n_kv, inter = shape["num_attention_heads"], shape["num_key_value_heads"], shape["intermediate_size"]
     if n_heads == 0:
-        layer.self_attn = RemovedAttention(layer.self_attn.layer_idx)
-        layer.input_layernorm = nn.Identity()
+        remove_sub_block_(layer, "attn", norms)
     else:
         attn = layer.self_attn
         hidden = attn.q_proj.in_features
@@ -74,8 +104,7 @@ def resize_decoder_layer_(layer: nn.Module, shape: dict[str, Any], head_dim: int
         attn.o_proj = _resized_linear(attn.o_proj, n_heads * head_dim, hidden, shape.get("attn_out_bias"))
         attn.num_key_value_groups = n_heads // n_kv
     if inter == 0:
-        layer.mlp = RemovedMLP()
-        layer.post_attention_layernorm = nn.Identity()
+        remove_sub_block_(layer, "mlp", norms)
     else:
         mlp = layer.mlp
         hidden = mlp.gate_proj.in_features
@@ -86,7 +115,7 @@ def resize_decoder_layer_(layer: nn.Module, shape: dict[str, Any], head_dim: int
             mlp.intermediate_size = inter
 
 
-def resize_model_layers_(model: nn.Module) -> None:
+def resize_model_layers_(model: nn.Module, norms: SubBlockNorms = LLAMA_NORMS) -> None:
     """Resize every decoder layer of `model` to `model.config.layer_shapes` (no-op when absent)."""
     config = model.config
     shapes = getattr(config, "layer_shapes", None)
@@ -97,14 +126,16 @@ def resize_model_layers_(model: nn.Module) -> None:
         raise ValueError(f"config.layer_shapes has {len(shapes)} entries but the model has {len(layers)} layers")
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     for layer, shape in zip(layers, shapes):
-        resize_decoder_layer_(layer, shape, head_dim)
+        resize_decoder_layer_(layer, shape, head_dim, norms)
 
 
 class _LayerShapesMixin:
     """After the family's own __init__, resize the layers to the recorded per-layer shapes."""
 
+    sub_block_norms: SubBlockNorms = LLAMA_NORMS
+
     def _resize_after_init(self) -> None:
-        resize_model_layers_(self)  # type: ignore[arg-type]
+        resize_model_layers_(self, self.sub_block_norms)  # type: ignore[arg-type]
 
 
 class GapprunedLlamaForCausalLM(LlamaForCausalLM, _LayerShapesMixin):
@@ -131,7 +162,16 @@ class GapprunedQwen3ForCausalLM(Qwen3ForCausalLM, _LayerShapesMixin):
         self._resize_after_init()
 
 
+class GapprunedGemma3ForCausalLM(Gemma3ForCausalLM, _LayerShapesMixin):
+    sub_block_norms = GEMMA3_NORMS
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._resize_after_init()
+
+
 PRUNED_CLASS_FOR_ARCHITECTURE = {
+    "Gemma3ForCausalLM": GapprunedGemma3ForCausalLM,
     "LlamaForCausalLM": GapprunedLlamaForCausalLM,
     "MistralForCausalLM": GapprunedMistralForCausalLM,
     "Qwen2ForCausalLM": GapprunedQwen2ForCausalLM,
