@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from gapprune.pipeline import (
     refine_allocation,
     timed,
 )
+from gapprune.prune.compensate import GramStats
 from gapprune.prune.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -109,6 +112,19 @@ def prune(
     if after != plan.summary["params_after"]:
         raise RuntimeError(f"surgery left {after:,} parameters, the plan expected {plan.summary['params_after']:,}")
     return plan, profile
+
+
+def pruned_copy(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
+                ridge: float = 1.0) -> tuple[nn.Module, dict[str, Any]]:
+    """A pruned deep copy of a dense model, which stays as it is: several plans compared on one loaded model.
+
+    Returns the copy and the compensation summary, plus `wall_s`, the seconds of surgery and compensation
+    (the copy excluded).
+    """
+    pruned = copy.deepcopy(model)
+    start = time.perf_counter()
+    summary = prune_model_(pruned, plan, compensate, gram, ridge)
+    return pruned, {**summary, "wall_s": round(time.perf_counter() - start, 4)}
 
 
 def _out_proj_bias_params(adapter: ModelAdapter) -> int:

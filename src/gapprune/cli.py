@@ -251,24 +251,20 @@ class EvalCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import evaluate_ppl, load
-        from gapprune.evaluate.zeroshot import zero_shot
+        from gapprune.api import load
+        from gapprune.evaluate.records import eval_records, eval_table
 
         model, tokenizer = load(args.model, device=args.device)
-        records: list[dict[str, Any]] = []
-        for dataset in filter(None, args.ppl.split(",")):
-            r = evaluate_ppl(model, tokenizer, dataset, seq_len=args.seq_len, max_windows=args.max_windows, data_dir=args.data_dir)
-            records.append({"model": args.model, "task": dataset, "metric": f"ppl@{r.seq_len}", "value": r.ppl, "limit": r.windows})
-        tasks = [t for t in args.tasks.split(",") if t]
-        if tasks:
-            for row in zero_shot(model, tokenizer, tasks, data_directory=args.data_dir, limit=args.limit, batch_size=args.batch_size):
-                records.append({"model": args.model, **row})
-        table = ["| task | metric | value | limit |", "|---|---|---|---|"]
-        table += [f"| {r['task']} | {r['metric']} | {r['value']:.4f} | {r['limit']} |" for r in records]
-        print("\n".join(table))
+        records = eval_records(
+            model, tokenizer, args.model, datasets=[d for d in args.ppl.split(",") if d],
+            tasks=[t for t in args.tasks.split(",") if t], seq_len=args.seq_len, max_windows=args.max_windows,
+            limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
+        )
+        table = eval_table(records)
+        print(table)
         if args.out:
             Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
-            Path(args.out).with_suffix(".md").write_text("\n".join(table) + "\n")
+            Path(args.out).with_suffix(".md").write_text(table + "\n")
         return 0
 
 
@@ -293,28 +289,15 @@ class BenchCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load
-        from gapprune.evaluate.speed import measure_speed
+        from gapprune.evaluate.records import speed_line, speed_records
 
-        records: list[dict[str, Any]] = []
-        specs = [args.model] + ([args.vs] if args.vs else [])
-        for spec in specs:
-            model, _ = load(spec, device=args.device)
-            for batch in map(int, args.batches.split(",")):
-                result = measure_speed(model, batch=batch, prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens,
-                                       repeats=args.repeats)
-                records.append({"model": spec, **result.to_record()})
-            del model
-        if args.vs:
-            by = {(r["model"], r["batch"]): r for r in records}
-            for r in records:
-                dense = by[(args.vs, r["batch"])]
-                r["speedup"] = round(r["decode_tokens_per_s"] / dense["decode_tokens_per_s"], 3)
-                r["prefill_speedup"] = round(dense["prefill_ms"] / r["prefill_ms"], 3)
-                r["ideal_speedup"] = round(dense["params"] / r["params"], 3)
+        records = speed_records(
+            [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device)[0],
+            batches=[int(b) for b in args.batches.split(",")], prompt_tokens=args.prompt_tokens,
+            new_tokens=args.new_tokens, repeats=args.repeats, dense=args.vs,
+        )
         for r in records:
-            extra = f"  speedup {r['speedup']:.2f}x (ideal {r['ideal_speedup']:.2f}x)" if "speedup" in r else ""
-            print(f"{r['model']} batch {r['batch']}: prefill {r['prefill_ms']:.0f} ms, decode "
-                  f"{r['decode_tokens_per_s']:.1f} tok/s, {r['params']:,} params, weights {r['weights_mb']:.0f} MB{extra}")
+            print(speed_line(r))
         if args.out:
             Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
         return 0

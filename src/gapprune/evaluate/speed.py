@@ -11,11 +11,12 @@ import inspect
 import resource
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+
+from gapprune.evaluate.timing import synchronize, timed_runs
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,6 @@ class SpeedResult:
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
-
-
-def _timed_runs(fn: Callable[[], None], warmup: int, repeats: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def _peak_memory_mb(device: torch.device) -> float:
@@ -80,17 +66,15 @@ def measure_speed(
         """Prefill with the cache (untimed), then time `new_tokens` single-token steps."""
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         cache, token = getattr(out, "cache", None) or out.past_key_values, out.logits[:, -1:].argmax(-1)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         start = time.perf_counter()
         for _ in range(new_tokens):
             out = model(input_ids=token, use_cache=True, **{cache_kw: cache})
             cache, token = getattr(out, "cache", None) or out.past_key_values, out.logits[:, -1:].argmax(-1)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         return time.perf_counter() - start
 
-    prefill_s = _timed_runs(prefill, warmup, repeats)
+    prefill_s = timed_runs(prefill, warmup=warmup, repeats=repeats, device=device)
     for _ in range(warmup):
         decode_seconds()
     rates = sorted(batch * new_tokens / decode_seconds() for _ in range(repeats))
