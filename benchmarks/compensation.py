@@ -1,6 +1,6 @@
 """Choose the `lsq` ridge on validation data: GAP at 25% and 50%, compensation none / bias / lsq(ridge).
 
-Same loss table and Gram statistics as benchmarks/recovery.py; perplexity on the first `--windows`
+Same profile and Gram statistics as benchmarks/recovery.py; perplexity on the first `--windows`
 windows of 128 tokens of the WikiText-2 and PTB *validation* splits, so that the choice does not
 look at the test splits reported elsewhere.
 
@@ -9,46 +9,35 @@ look at the test splits reported elsewhere.
 
 from __future__ import annotations
 
-import argparse
-import copy
-from pathlib import Path
-
+from common import add_profile_flag, bench_config, calibrate_and_profile, evaluate_plan, parser
 from result_log import ResultLog
+from settings import DATASETS, SEQ_LEN, Window
 
-from gapprune.api import evaluate_ppl, load
-from gapprune.config import PruneConfig
-from gapprune.pipeline import allocate, plan_from_allocation, profile_model, prune_model_
+from gapprune.api import load
+from gapprune.pipeline import allocate, plan_from_allocation
 
 VARIANTS = [("none", 0.0), ("bias", 0.0), ("lsq", 0.01), ("lsq", 0.1), ("lsq", 1.0), ("lsq", 10.0)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--table", default="runs/allocators_loss_table.json")
-    parser.add_argument("--windows", type=int, default=64)
-    parser.add_argument("--out", default="docs/results/compensation.json")
-    args = parser.parse_args()
+    p = parser(__doc__, "docs/results/compensation.json")
+    add_profile_flag(p)
+    p.add_argument("--windows", type=int, default=64)
+    args = p.parse_args()
     log = ResultLog(args.out)
     model, tokenizer = load(args.model)
-    table = Path(args.table)
-    config = PruneConfig(
-        ratio=0.25, criterion="activation", calib_samples=32, profile_samples=4, seq_len=128, batch_size=4,
-        mlp_stride=4, data_dir=args.data_dir, compensate="lsq", loss_table=str(table) if table.exists() else None,
-    )
-    profile = profile_model(model, tokenizer, config)
+    config = bench_config(args.data_dir, compensate="lsq")  # lsq: the calibration collects Gram statistics
+    calibration, profile, _ = calibrate_and_profile(model, tokenizer, config, args.profile)
+    windows = [Window(dataset, SEQ_LEN, args.windows, "validation") for dataset in DATASETS]
     for ratio in (0.25, 0.5):
-        plan = plan_from_allocation(profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
+        plan = plan_from_allocation(calibration.adapter, profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
         for method, ridge in VARIANTS:
-            pruned = copy.deepcopy(model)
-            summary = prune_model_(pruned, plan, method, profile.gram, ridge)
-            for dataset in ("wikitext2", "ptb"):
-                r = evaluate_ppl(pruned, tokenizer, dataset, split="validation", seq_len=128, max_windows=args.windows,
-                                 data_dir=args.data_dir, progress=False)
-                log.emit({"ratio": ratio, "method": method, "ridge": ridge, "dataset": dataset, "split": "validation",
-                          "seq_len": 128, "windows": r.windows, "ppl": r.ppl, "applied": summary.get("applied"),
-                          "kept_original": summary.get("kept_original")})
+            summary, results = evaluate_plan(model, tokenizer, plan, windows, args.data_dir, compensate=method,
+                                             gram=calibration.gram, ridge=ridge, progress=False)
+            for window, r in results:
+                log.emit({"ratio": ratio, "method": method, "ridge": ridge, "dataset": window.dataset,
+                          "split": window.split, "seq_len": window.seq_len, "windows": r.windows, "ppl": r.ppl,
+                          "applied": summary.get("applied"), "kept_original": summary.get("kept_original")})
 
 
 if __name__ == "__main__":

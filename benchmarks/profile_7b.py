@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -28,28 +27,14 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.capture import move_kwargs, run_layer
-from gapprune.importance import ScoringContext, score_units
-from gapprune.models import get_adapter
+from gapprune.config import PruneConfig
+from gapprune.evaluate.timing import median_seconds, synchronize
+from gapprune.pipeline import calibrate_on
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.loss_table import dense_reference, option_grid, replay_metric
 from gapprune.prune import default_channel_step
-
-
-def timed(fn, device: torch.device, repeats: int = 5) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -83,22 +68,22 @@ def main() -> None:
         model = LlamaForCausalLM(config).eval()
     torch.set_default_dtype(torch.float32)
     record["build_s"] = round(time.perf_counter() - start, 2)
-    adapter = get_adapter(model)
     ids = torch.randint(0, args.vocab, (args.tokens // args.seq_len, args.seq_len), generator=torch.Generator().manual_seed(0))
-    batch = ids.shape[0]
-    stats = CalibrationStats()
-    start = time.perf_counter()
-    inputs = capture_layer_inputs(adapter, ids, batch_size=batch, extra_hooks=stats_hooks(adapter, stats), progress=False)
-    record["capture_s"] = round(time.perf_counter() - start, 2)
-    scores = score_units(ScoringContext(adapter, stats, {}), "activation")
+    n = ids.shape[0]
+    config = PruneConfig(ratio=0.5, calib_samples=n, profile_samples=n, seq_len=args.seq_len, batch_size=n,
+                         compensate="none", device=args.device)
+    calibration = calibrate_on(model, ids, config)
+    adapter, inputs, scores = calibration.adapter, calibration.inputs, calibration.scores
+    record["capture_s"] = round(calibration.timings["capture"], 2)
 
     with torch.inference_mode():
         hidden = inputs.hidden[0][0].to(device, dtype)
         kwargs = move_kwargs(inputs.kwargs[0][0], device)
-        record["layer_s"] = round(timed(lambda: run_layer(adapter.layers[0], hidden, kwargs), device), 5)
+        record["layer_s"] = round(median_seconds(lambda: run_layer(adapter.layers[0], hidden, kwargs), repeats=5,
+                                                   device=device), 5)
         reference = dense_reference(adapter, inputs, device)
         record["reference_replay_from_layer0_s"] = round(
-            timed(lambda: replay_metric(adapter, inputs, 0, "kl", reference, device), device, repeats=3), 4)
+            median_seconds(lambda: replay_metric(adapter, inputs, 0, "kl", reference, device), device=device), 4)
     step = default_channel_step(args.intermediate)
     layers = [int(x) for x in args.profile_layers.split(",")]
     build_loss_table_batched(adapter, inputs, scores, channel_step=step, mlp_stride=args.mlp_stride, layers=layers[:1],
@@ -122,8 +107,8 @@ def main() -> None:
     record["reference_head_kl_s"] = round(head_ref, 5)
     record["projected_reference_profile_s"] = round(
         measured * (record["layer_s"] * args.layers * (args.layers + 1) / 2 + args.layers * head_ref), 1)
+    synchronize(device)
     if device.type == "cuda":
-        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     fisher = build_loss_table_fisher(adapter, ids, scores, channel_step=step, batch_size=1, progress=False)

@@ -15,32 +15,33 @@ Plans are applied without compensation so that only the table differs.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from common import bench_config, evaluate_plan
 from result_log import ResultLog
+from settings import CALIBRATION, Window
 
-from gapprune.api import evaluate_ppl, load
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.allocate import LayerSignals, LossTable
+from gapprune.api import load
 from gapprune.calibrate.capture import move_kwargs, run_layer
-from gapprune.config import PruneConfig
-from gapprune.importance import ScoringContext, score_units
-from gapprune.models import COMPONENTS, get_adapter
-from gapprune.pipeline import Profile, _prefix, allocate, calibration_ids, plan_from_allocation, prune_model_
+from gapprune.evaluate.timing import median_seconds, synchronize
+from gapprune.models import COMPONENTS
+from gapprune.pipeline import Profile, allocate, calibrate_on, calibration_ids, plan_from_allocation
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher, rank_correlation
 from gapprune.profiling.head import logsumexp_logits
-from gapprune.profiling.loss_table import LossTable, build_loss_table, dense_reference
+from gapprune.profiling.loss_table import build_loss_table, dense_reference
 from gapprune.profiling.metrics import head_logits, kl_metric
 from gapprune.prune import default_channel_step
 
-BATCH = 4  # windows per forward pass: 512 tokens
+BATCH = CALIBRATION["batch_size"]  # windows per forward pass: 512 tokens
+SEQ_LEN = CALIBRATION["seq_len"]
+MLP_STRIDE = CALIBRATION["mlp_stride"]
 RATIOS = [0.25, 0.5]
 
 
@@ -51,45 +52,42 @@ class Study:
         self.args = args
         self.device = torch.device(args.device)
         self.model, self.tokenizer = load(args.model, device=args.device)
-        self.adapter = get_adapter(self.model)
-        config = PruneConfig(ratio=0.25, calib_samples=windows, profile_samples=windows, seq_len=128, batch_size=BATCH,
-                             data_dir=args.data_dir, compensate="none", device=args.device)
-        self.ids = calibration_ids(self.model, self.tokenizer, config)
-        self.stats = CalibrationStats()
-        self.inputs = capture_layer_inputs(self.adapter, self.ids, batch_size=BATCH,
-                                           extra_hooks=stats_hooks(self.adapter, self.stats), progress=False)
-        self.scores = score_units(ScoringContext(self.adapter, self.stats, {}), "activation")
+        config = bench_config(args.data_dir, calib_samples=windows, profile_samples=windows, batch_size=BATCH,
+                              device=args.device)
+        self.calibration = calibrate_on(self.model, calibration_ids(self.model, self.tokenizer, config), config)
+        self.adapter, self.ids, self.scores = self.calibration.adapter, self.calibration.ids, self.calibration.scores
         self.step = default_channel_step(self.adapter.layer_shape(0).intermediate)
         self.total = sum(p.numel() for p in self.model.parameters())
         self.ppl_cache: dict[tuple, float] = {}
 
     def prefix(self, tokens: int):  # type: ignore[no-untyped-def]
-        return _prefix(self.inputs, tokens // (BATCH * 128))
+        return self.calibration.inputs.prefix(tokens // (BATCH * SEQ_LEN))
 
     def exact(self, tokens: int, precision: str = "float32") -> LossTable:
         return build_loss_table_batched(self.adapter, self.prefix(tokens), self.scores, channel_step=self.step,
-                                        mlp_stride=4, precision=precision, max_rows=self.args.max_rows, progress=False)
+                                        mlp_stride=MLP_STRIDE, precision=precision, max_rows=self.args.max_rows,
+                                        progress=False)
 
     def fisher(self, tokens: int) -> LossTable:
-        return build_loss_table_fisher(self.adapter, self.ids[: tokens // 128], self.scores, channel_step=self.step,
+        return build_loss_table_fisher(self.adapter, self.ids[: tokens // SEQ_LEN], self.scores, channel_step=self.step,
                                        batch_size=BATCH, progress=False)
 
+    def profile(self, table: LossTable) -> Profile:
+        """GAP reads the table alone: the baselines' signals stay empty."""
+        return Profile(self.scores, LayerSignals(), table, self.total)
+
     def plan_choice(self, table: LossTable, ratio: float) -> dict[str, list[int]]:
-        profile = Profile(self.adapter, self.inputs, self.stats, self.scores, table, self.total)
-        return allocate(profile, ratio, "gap").choice
+        return allocate(self.profile(table), ratio, "gap").choice
 
     def ppl(self, table: LossTable, ratio: float) -> float:
         choice = self.plan_choice(table, ratio)
         key = (ratio, json.dumps(choice))
         if key not in self.ppl_cache:
-            profile = Profile(self.adapter, self.inputs, self.stats, self.scores, table, self.total)
-            plan = plan_from_allocation(profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
-            pruned = copy.deepcopy(self.model)
-            prune_model_(pruned, plan)
-            result = evaluate_ppl(pruned, self.tokenizer, "wikitext2", seq_len=128, max_windows=self.args.windows,
-                                  data_dir=self.args.data_dir, progress=False)
+            profile = self.profile(table)
+            plan = plan_from_allocation(self.adapter, profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
+            _, [(_, result)] = evaluate_plan(self.model, self.tokenizer, plan, [Window("wikitext2", SEQ_LEN, self.args.windows)],
+                                             self.args.data_dir, progress=False)
             self.ppl_cache[key] = result.ppl
-            del pruned
         return self.ppl_cache[key]
 
 
@@ -99,23 +97,6 @@ def agreement(a: dict[str, list[int]], b: dict[str, list[int]]) -> float:
     return same / sum(len(a[c]) for c in COMPONENTS)
 
 
-def synced(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def median_time(fn, device: torch.device, repeats: int = 3) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    times = []
-    for _ in range(repeats):
-        synced(device)
-        start = time.perf_counter()
-        fn()
-        synced(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 @torch.inference_mode()
 def breakdown(study: Study, tokens: int) -> dict[str, Any]:
     """Seconds per calibration pass of `tokens` tokens for each part of one option's replay."""
@@ -123,14 +104,14 @@ def breakdown(study: Study, tokens: int) -> dict[str, Any]:
     batches = inputs.n_batches
     hidden = inputs.hidden[0][0].to(device)
     kwargs = move_kwargs(inputs.kwargs[0][0], device)
-    layer_s = median_time(lambda: run_layer(adapter.layers[0], hidden, kwargs), device) * batches
+    layer_s = median_seconds(lambda: run_layer(adapter.layers[0], hidden, kwargs), device=device) * batches
     norm, head = adapter.final_norm(), adapter.lm_head()
     final = inputs.final_hidden[0].to(device)
-    matmul_s = median_time(lambda: head(norm(final)), device) * batches
+    matmul_s = median_seconds(lambda: head(norm(final)), device=device) * batches
     reference = dense_reference(adapter, inputs, device)
-    ref_metric_s = median_time(lambda: kl_metric(head_logits(norm, head, final), 0, reference), device) * batches
+    ref_metric_s = median_seconds(lambda: kl_metric(head_logits(norm, head, final), 0, reference), device=device) * batches
     flat = norm(final).reshape(-1, final.shape[-1])
-    lse_s = median_time(lambda: logsumexp_logits(flat, head, 512), device) * batches
+    lse_s = median_seconds(lambda: logsumexp_logits(flat, head, 512), device=device) * batches
     L = adapter.n_layers
     return {
         "layer_forward_s": round(layer_s, 4), "head_matmul_s": round(matmul_s, 4),
@@ -142,13 +123,13 @@ def breakdown(study: Study, tokens: int) -> dict[str, Any]:
 
 def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     tokens = args.tokens[0]
-    study = Study(args, max(tokens, args.fisher_tokens) // 128)
+    study = Study(args, max(tokens, args.fisher_tokens) // SEQ_LEN)
     emit({"kind": "breakdown", "tokens": tokens, **breakdown(study, tokens)})
     tables: dict[str, LossTable] = {}
     if not args.skip_reference:
         start = time.perf_counter()
         tables["reference"] = build_loss_table(study.adapter, study.prefix(tokens), study.scores, channel_step=study.step,
-                                               mlp_stride=4)
+                                               mlp_stride=MLP_STRIDE)
         emit({"profiler": "reference", "tokens": tokens, "wall_s": round(time.perf_counter() - start, 1)})
     start = time.perf_counter()
     tables["exact"] = study.exact(tokens)
@@ -174,7 +155,7 @@ def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
             continue
         for ratio in RATIOS:
             emit({"profiler": name.split("@")[0], "tokens": table.meta["tokens"], "ratio": ratio, "dataset": "wikitext2",
-                  "seq_len": 128, "windows": args.windows, "ppl": study.ppl(table, ratio)})
+                  "seq_len": SEQ_LEN, "windows": args.windows, "ppl": study.ppl(table, ratio)})
 
 
 @torch.inference_mode()
@@ -184,9 +165,9 @@ def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
     from gapprune.prune.plan import kept_units
 
     tokens = args.tokens[0]
-    study = Study(args, tokens // 128)
+    study = Study(args, tokens // SEQ_LEN)
     inputs, adapter, device = study.prefix(tokens), study.adapter, study.device
-    grid = option_grid(adapter, study.step, 4)
+    grid = option_grid(adapter, study.step, MLP_STRIDE)
     reference = dense_reference(adapter, inputs, device)
     for layer in args.layers:
         start = time.perf_counter()
@@ -197,7 +178,7 @@ def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                     replay_metric(adapter, inputs, layer, "kl", reference, device)
         reference_s = time.perf_counter() - start
         start = time.perf_counter()
-        build_loss_table_batched(adapter, inputs, study.scores, channel_step=study.step, mlp_stride=4, layers=[layer],
+        build_loss_table_batched(adapter, inputs, study.scores, channel_step=study.step, mlp_stride=MLP_STRIDE, layers=[layer],
                                  max_rows=args.max_rows, progress=False)
         emit({"kind": "layer_timing", "tokens": tokens, "layer": layer,
               "options": sum(len(v) - 1 for v in grid.measured.values()), "reference_s": round(reference_s, 2),
@@ -206,13 +187,13 @@ def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
 
 def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     sizes = sorted(args.tokens)
-    study = Study(args, sizes[-1] // 128)
+    study = Study(args, sizes[-1] // SEQ_LEN)
     tables: dict[tuple[str, int], LossTable] = {}
     for tokens in sizes:
         for profiler in ("exact", "fisher"):
             start = time.perf_counter()
             tables[(profiler, tokens)] = study.exact(tokens) if profiler == "exact" else study.fisher(tokens)
-            synced(study.device)
+            synchronize(study.device)
             emit({"kind": "calib_time", "profiler": profiler, "tokens": tokens, "wall_s": round(time.perf_counter() - start, 2)})
     if args.bf16:
         start = time.perf_counter()
@@ -230,7 +211,7 @@ def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
             if profiler == "exact-bf16":
                 row[f"same_plan_as_float32_{ratio}"] = choice == study.plan_choice(tables[("exact", tokens)], ratio)
             row[f"ppl_{ratio}"] = study.ppl(table, ratio)
-        row.update({"dataset": "wikitext2", "seq_len": 128, "windows": args.windows})
+        row.update({"dataset": "wikitext2", "seq_len": SEQ_LEN, "windows": args.windows})
         emit(row)
     if args.save_tables:
         for (profiler, tokens), table in tables.items():

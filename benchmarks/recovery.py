@@ -1,6 +1,6 @@
 """Recovery on SmolLM2-135M: GAP at 25% and 50% with no compensation, `lsq`, `bias`, then LoRA on `lsq`.
 
-One loss table for both ratios (the allocator benchmark's cache), the same calibration set for the
+One profile for both ratios (the shared benchmark profile), the same calibration set for the
 Gram statistics of compensation, and the same evaluation windows for every stage: the first
 `--windows` windows of 128 tokens of the WikiText-2 and PTB test splits. The `lsq` models are saved
 as pruned folders (`--folders`), then tuned with LoRA on Alpaca for `--lora-steps` steps and
@@ -11,23 +11,21 @@ evaluated again. Resumable: records already in --out are skipped.
 
 from __future__ import annotations
 
-import argparse
-import copy
-import time
 from pathlib import Path
 
 import torch
+from common import add_profile_flag, bench_config, calibrate_and_profile, parser, perplexities
 from result_log import ResultLog
+from settings import DATASETS, SEQ_LEN, Window
 
-from gapprune.api import evaluate_ppl, load
+from gapprune.api import load, pruned_copy
 from gapprune.config import PruneConfig
 from gapprune.export.save import save
-from gapprune.pipeline import allocate, plan_from_allocation, profile_model, prune_model_
+from gapprune.pipeline import allocate, plan_from_allocation
 from gapprune.tune.lora import TuneConfig, lora_tune
 
 RATIOS = [0.25, 0.5]
 STAGES = ["none", "lsq", "bias"]
-DATASETS = ["wikitext2", "ptb"]
 
 
 @torch.inference_mode()
@@ -48,49 +46,36 @@ def reload_check(model: torch.nn.Module, folder: Path, tokenizer) -> dict:  # ty
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--out", default="docs/results/recovery.json")
-    parser.add_argument("--table", default="runs/allocators_loss_table.json", help="loss table cache")
-    parser.add_argument("--folders", default="runs", help="where the lsq-pruned and tuned folders go")
-    parser.add_argument("--windows", type=int, default=256)
-    parser.add_argument("--lora-steps", type=int, default=150)
-    parser.add_argument("--lora-batch", type=int, default=4)
-    parser.add_argument("--ridge", type=float, default=PruneConfig.__dataclass_fields__["ridge"].default)
-    args = parser.parse_args()
+    p = parser(__doc__, "docs/results/recovery.json")
+    add_profile_flag(p)
+    p.add_argument("--folders", default="runs", help="where the lsq-pruned and tuned folders go")
+    p.add_argument("--windows", type=int, default=256)
+    p.add_argument("--lora-steps", type=int, default=150)
+    p.add_argument("--lora-batch", type=int, default=4)
+    p.add_argument("--ridge", type=float, default=PruneConfig.__dataclass_fields__["ridge"].default)
+    args = p.parse_args()
 
     log = ResultLog(args.out)
     emit = log.emit
     done = {(r["ratio"], r["stage"], r["dataset"]) for r in log.records}
 
     def evaluate(m: torch.nn.Module, ratio: float, stage: str, extra: dict) -> None:
-        for dataset in DATASETS:
-            if (ratio, stage, dataset) in done:
-                continue
-            r = evaluate_ppl(m, tokenizer, dataset, seq_len=128, max_windows=args.windows, data_dir=args.data_dir)
-            emit({"ratio": ratio, "stage": stage, "dataset": dataset, "seq_len": 128, "windows": r.windows,
+        windows = [Window(d, SEQ_LEN, args.windows) for d in DATASETS if (ratio, stage, d) not in done]
+        for window, r in perplexities(m, tokenizer, windows, args.data_dir):
+            emit({"ratio": ratio, "stage": stage, "dataset": window.dataset, "seq_len": window.seq_len, "windows": r.windows,
                   "ppl": r.ppl, "wall_s": extra.get("wall_s"), "eval_s": r.wall_s, **extra})
 
     model, tokenizer = load(args.model)
-    table = Path(args.table)
-    config = PruneConfig(
-        ratio=0.25, criterion="activation", calib_samples=32, profile_samples=4, seq_len=128, batch_size=4,
-        mlp_stride=4, data_dir=args.data_dir, compensate="lsq", loss_table=str(table) if table.exists() else None,
-    )
-    profile = profile_model(model, tokenizer, config)  # also collects the Gram statistics (compensate != none)
-    if not table.exists():
-        table.parent.mkdir(parents=True, exist_ok=True)
-        profile.table.save(table)
+    config = bench_config(args.data_dir, compensate="lsq")  # lsq: the calibration collects Gram statistics
+    calibration, profile, _ = calibrate_and_profile(model, tokenizer, config, args.profile)
     evaluate(model, 0.0, "dense", {})
     for ratio in RATIOS:
-        plan = plan_from_allocation(profile, allocate(profile, ratio, "gap"), {**config.to_dict(), "ratio": ratio})
+        plan = plan_from_allocation(calibration.adapter, profile, allocate(profile, ratio, "gap"),
+                                    {**config.to_dict(), "ratio": ratio})
         folder = Path(args.folders) / f"gap{int(ratio * 100)}_lsq"
         for stage in STAGES:
-            pruned = copy.deepcopy(model)
-            start = time.perf_counter()
-            summary = prune_model_(pruned, plan, stage, profile.gram, args.ridge)
-            extra = {"wall_s": round(time.perf_counter() - start, 3), "achieved_ratio": plan.summary["achieved_ratio"],
+            pruned, summary = pruned_copy(model, plan, stage, calibration.gram, args.ridge)
+            extra = {"wall_s": round(summary["wall_s"], 3), "achieved_ratio": plan.summary["achieved_ratio"],
                      "compensated": summary.get("applied"), "kept_original": summary.get("kept_original")}
             evaluate(pruned, ratio, stage, extra)
             if stage == "lsq" and not folder.exists():

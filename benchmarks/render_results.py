@@ -9,8 +9,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from settings import ALLOCATOR_WINDOWS, ALLOCATORS
+
 RESULTS = Path("docs/results")
-ALLOCATORS = ["gap", "uniform", "global", "depth", "owl"]
 
 
 def load(name: str) -> list[dict]:
@@ -53,7 +54,7 @@ def allocator_section(records: list[dict]) -> list[str]:
     cells: dict[tuple, dict] = {}
     for r in ppl:
         cells[(r["allocator"], r["target_ratio"], r["dataset"], r["seq_len"], r["windows"])] = r
-    for dataset, seq_len, windows in [("wikitext2", 128, 256), ("ptb", 128, 256), ("wikitext2", 2048, 16)]:
+    for dataset, seq_len, windows, _ in ALLOCATOR_WINDOWS:
         dense = cells.get(("dense", 0.0, dataset, seq_len, windows))
         lines += [f"### {dataset} test, first {windows} windows of {seq_len} tokens"
                   + (f" (dense: {dense['ppl']:.2f})" if dense else ""), "",

@@ -19,11 +19,14 @@ def machine(device: str = "cpu") -> str:
 
 
 class ResultLog:
-    """A list of flat records in a JSON file, rewritten after each record so a killed run keeps its results."""
+    """A list of flat records in a JSON file, rewritten after each record so a killed run keeps its results.
 
-    def __init__(self, path: str | Path, device: str = "cpu") -> None:
+    `resume`: keep the records already in the file (and let the caller skip them); else start it afresh.
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", resume: bool = True) -> None:
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
+        self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if resume and self.path.exists() else []
         self.meta = {"date": str(date.today()), "machine": machine(device), "command": "python " + " ".join(sys.argv)}
 
     def emit(self, record: dict[str, Any]) -> None:
