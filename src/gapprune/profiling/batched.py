@@ -27,6 +27,7 @@ from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
+from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
 
 Job = tuple[str, int, list[int] | None]  # (component, option index, kept units); index -1 = the dense base
@@ -120,7 +121,7 @@ def measure_entries(
         reference = dense_head_reference(adapter, inputs, metric, device, chunk_rows)
     batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     per_pass = max(1, max_rows // batch_tokens)
-    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (metric == "nll")) for h in inputs.final_hidden)
+    positions = sum(METRICS.get(metric).positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
     total = sum(len([k for k in ks if k]) for per in entries.values() for ks in per.values())
     bar = tqdm(total=total, desc=desc or f"profile ΔL ({metric}, exact)", unit="opt", disable=not progress)
     measured: Measured = {}

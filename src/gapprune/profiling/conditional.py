@@ -39,7 +39,7 @@ def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, ta
     """The metric with every component pruned as `choice` says, minus the dense model's (per position)."""
     device = next(adapter.model.parameters()).device
     reference = dense_head_reference(adapter, inputs, table.metric, device, chunk_rows)
-    positions = sum(int(h.shape[0]) * (int(h.shape[1]) - (table.metric == "nll")) for h in inputs.final_hidden)
+    positions = sum(reference.metric.positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
 
     def replay() -> float:
         return float(replay_stacked(adapter, inputs, 0, COMPONENTS[0], [None], reference, device, chunk_rows)[0])

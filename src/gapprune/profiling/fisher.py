@@ -30,6 +30,7 @@ from gapprune.calibrate.capture import batches
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.loss_table import LossTable, option_grid
+from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
 
 LABELS = ("model", "data")
@@ -119,9 +120,7 @@ def build_loss_table_fisher(
 
     `labels` defaults to `model` for the kl metric and `data` for nll.
     """
-    if metric not in ("kl", "nll"):
-        raise ValueError(f"unknown metric {metric!r}; choose kl or nll")
-    labels = labels or ("model" if metric == "kl" else "data")
+    labels = labels or METRICS.get(metric).fisher_labels
     start = time.perf_counter()
     grid = option_grid(adapter, channel_step)
     grads = mask_gradients(adapter, input_ids, batch_size=batch_size, labels=labels, seed=seed, progress=progress)

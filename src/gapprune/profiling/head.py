@@ -1,13 +1,9 @@
-"""The capability metrics computed from final hidden states in bounded memory, without full logits kept.
+"""Evaluating a metric from final hidden states in bounded memory, without full logits kept.
 
-Both metrics need, per position, only logsumexp of the logits and one dot product:
-
-    KL(p‖q) = Σ p log p − Σ p·z + lse(z),   Σ p·z = n·(Wᵀp) (+ p·b)
-    NLL     = lse(z) − z[target],            z[target] = n·W[target] (+ b[target])
-
-with z = W n + b the logits of the normed hidden state n. So the dense side is cached once as the
-"pulled-back" vector Wᵀp (hidden-sized, not vocabulary-sized) and each option costs one head matmul
-and one logsumexp, done in row chunks so memory stays at `chunk_rows` x vocabulary.
+Every metric is const + lse(z) − q·z per position (`metrics.py`), and q·z = n·(Wᵀq) + q·b. So the
+dense side is cached once as the "pulled-back" vector Wᵀq (hidden-sized, not vocabulary-sized) and
+the scalars const and q·b; each replay then costs one head matmul and one logsumexp, done in row
+chunks so memory stays at `chunk_rows` x vocabulary.
 """
 
 from __future__ import annotations
@@ -18,21 +14,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gapprune.profiling.metrics import METRICS, Metric
+
 
 @dataclass
 class HeadReference:
     """The dense side of a metric for every calibration batch, all hidden-sized.
 
-    neg_entropy[b]: (B, T) Σ p log p (kl); pulled[b]: (B, T, h) Wᵀp; pulled_bias[b]: (B, T) p·b or None;
-    target_rows[b]: (B, T-1, h) W[target] and target_bias[b]: (B, T-1) or None (nll).
+    const[b]: (B, T') per position; pulled[b]: (B, T', h) Wᵀq; bias_dot[b]: (B, T') q·b, None without
+    a head bias; T' = T − metric.shift.
     """
 
-    metric: str
-    neg_entropy: list[torch.Tensor]
+    metric: Metric
+    const: list[torch.Tensor]
     pulled: list[torch.Tensor]
-    pulled_bias: list[torch.Tensor | None]
-    target_rows: list[torch.Tensor]
-    target_bias: list[torch.Tensor | None]
+    bias_dot: list[torch.Tensor | None]
 
 
 def _rows(x: torch.Tensor, chunk_rows: int) -> list[slice]:
@@ -41,7 +37,7 @@ def _rows(x: torch.Tensor, chunk_rows: int) -> list[slice]:
 
 def _weight(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     if not isinstance(head, nn.Linear):
-        raise TypeError(f"the batched profiler needs a linear LM head, got {type(head).__name__}")
+        raise TypeError(f"the profilers need a linear LM head, got {type(head).__name__}")
     return head.weight, head.bias
 
 
@@ -57,50 +53,40 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
 
 def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor], input_ids: list[torch.Tensor],
                         metric: str, device: torch.device, chunk_rows: int = 512) -> HeadReference:
+    """The dense model's side of `metric` on every calibration batch (final hidden states (B, T, h))."""
+    spec = METRICS.get(metric)
     weight, bias = _weight(head)
-    reference = HeadReference(metric, [], [], [], [], [])
+    reference = HeadReference(spec, [], [], [])
     for hidden, ids in zip(final_hidden, input_ids, strict=True):
-        normed = norm(hidden.to(device, weight.dtype))
+        normed = norm(hidden.to(device, weight.dtype))[:, : hidden.shape[1] - spec.shift]  # (B, T', h)
         b, t, h = normed.shape
         flat = normed.reshape(b * t, h)
-        if metric == "kl":
-            neg_entropy = torch.empty(b * t, dtype=torch.float32, device=device)
-            pulled = torch.empty(b * t, h, dtype=torch.float32, device=device)
-            pulled_bias = torch.empty(b * t, dtype=torch.float32, device=device) if bias is not None else None
-            for rows in _rows(flat, chunk_rows):
-                log_p = F.log_softmax(F.linear(flat[rows], weight, bias).float(), dim=-1)
-                p = log_p.exp()
-                neg_entropy[rows] = (p * log_p).sum(-1)
-                pulled[rows] = p @ weight.float()
-                if pulled_bias is not None:
-                    pulled_bias[rows] = p @ bias.float()
-            reference.neg_entropy.append(neg_entropy.view(b, t))
-            reference.pulled.append(pulled.view(b, t, h))
-            reference.pulled_bias.append(pulled_bias.view(b, t) if pulled_bias is not None else None)
-        elif metric == "nll":
-            targets = ids[:, 1:].to(device)
-            reference.target_rows.append(weight[targets].float())  # (B, T-1, h)
-            reference.target_bias.append(bias[targets].float() if bias is not None else None)
-        else:
-            raise ValueError(f"unknown metric {metric!r}; choose kl or nll")
+        next_ids = ids[:, 1 : 1 + t].reshape(-1).to(device) if ids.shape[1] > t else None
+        const = torch.empty(b * t, dtype=torch.float32, device=device)
+        pulled = torch.empty(b * t, h, dtype=torch.float32, device=device)
+        bias_dot = torch.empty(b * t, dtype=torch.float32, device=device) if bias is not None else None
+        for rows in _rows(flat, chunk_rows):
+            logits = F.linear(flat[rows], weight, bias).float()  # (rows, V)
+            q, const[rows] = spec.target(logits, None if next_ids is None else next_ids[rows])
+            one_hot = q.ndim == 1  # token ids
+            pulled[rows] = weight[q].float() if one_hot else q @ weight.float()
+            if bias_dot is not None:
+                bias_dot[rows] = bias[q].float() if one_hot else q @ bias.float()
+        reference.const.append(const.view(b, t))
+        reference.pulled.append(pulled.view(b, t, h))
+        reference.bias_dot.append(bias_dot.view(b, t) if bias_dot is not None else None)
     return reference
 
 
 def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
                 copies: int, chunk_rows: int = 512) -> torch.Tensor:
-    """Summed metric of each of `copies` stacked option replays. hidden: (copies*B, T, h) -> (copies,) float64."""
-    normed = norm(hidden)
+    """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64."""
+    t_kept = hidden.shape[1] - reference.metric.shift
+    normed = norm(hidden)[:, :t_kept]
     n, t, h = normed.shape
     lse = logsumexp_logits(normed.reshape(n * t, h), head, chunk_rows).view(copies, n // copies, t)
     normed = normed.float().view(copies, n // copies, t, h)
-    if reference.metric == "kl":
-        cross = (normed * reference.pulled[batch]).sum(-1) - lse  # Σ p log q, (copies, B, T)
-        if reference.pulled_bias[batch] is not None:
-            cross = cross + reference.pulled_bias[batch]
-        per_token = reference.neg_entropy[batch] - cross
-    else:
-        picked = (normed[:, :, :-1] * reference.target_rows[batch]).sum(-1)
-        if reference.target_bias[batch] is not None:
-            picked = picked + reference.target_bias[batch]
-        per_token = lse[:, :, :-1] - picked
-    return per_token.double().sum(dim=(1, 2))
+    cross = (normed * reference.pulled[batch]).sum(-1) - lse  # q·z − lse(z), (copies, B, T')
+    if reference.bias_dot[batch] is not None:
+        cross = cross + reference.bias_dot[batch]
+    return (reference.const[batch] - cross).double().sum(dim=(1, 2))

@@ -21,7 +21,8 @@ from gapprune.allocate.table import LossTable
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.metrics import METRICS, DenseReference, head_logits, make_reference, metric_positions
+from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
+from gapprune.profiling.metrics import METRICS
 from gapprune.prune.options import attention_options, mlp_options
 from gapprune.prune.plan import kept_units, option_params
 
@@ -96,15 +97,19 @@ def masked_units(adapter: ModelAdapter, layer: int, component: str, kept: list[i
         yield
 
 
-def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, device: torch.device) -> DenseReference:
-    return make_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, device)
+def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, device: torch.device, metric: str = "kl",
+                    chunk_rows: int = 512) -> HeadReference:
+    """The dense model's side of `metric` on the calibration batches (see `profiling/metrics.py`)."""
+    return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
+                               device, chunk_rows)
 
 
 def replay_metric(
-    adapter: ModelAdapter, inputs: LayerInputs, start: int, metric: str, reference: DenseReference, device: torch.device
+    adapter: ModelAdapter, inputs: LayerInputs, start: int, metric: str, reference: HeadReference, device: torch.device
 ) -> float:
-    """Mean metric per position when layers start...L run on the cached input of layer `start`."""
-    fn = METRICS.get(metric)
+    """Mean metric per position when layers start...L run, one batch at a time, on the cached input of `start`."""
+    if reference.metric.name != metric:
+        raise ValueError(f"the reference was made for metric {reference.metric.name!r}, not {metric!r}")
     norm, head = adapter.final_norm(), adapter.lm_head()
     total, positions = 0.0, 0
     for b in range(inputs.n_batches):
@@ -112,9 +117,8 @@ def replay_metric(
         for layer in range(start, adapter.n_layers):
             kwargs = move_kwargs(inputs.kwargs[layer][b], device)
             hidden = run_layer(adapter.layers[layer], hidden, kwargs)
-        logits = head_logits(norm, head, hidden)  # (B, T, V)
-        total += float(fn(logits, b, reference))
-        positions += metric_positions(metric, logits.shape)
+        total += float(metric_sums(norm, head, hidden, b, reference, copies=1)[0])
+        positions += reference.metric.positions(hidden.shape[0], hidden.shape[1])
     return total / positions
 
 
@@ -189,7 +193,7 @@ def build_loss_table(
     loss = grid.empty_loss()
     start_time = time.perf_counter()
     if measure:
-        reference = dense_reference(adapter, inputs, device)
+        reference = dense_reference(adapter, inputs, device, metric)
         total = adapter.n_layers * sum(len(v) - 1 for v in grid.measured.values())
         bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
         for layer in range(adapter.n_layers):

@@ -1,7 +1,17 @@
-"""Global capability metrics on the model's next-token distribution: `kl` (to the dense model) and `nll`.
+"""The capability metrics, defined once: `kl` (to the dense model) and `nll` (of the text).
 
-Metrics take raw logits and use logsumexp, so no log-softmax tensor is materialised per option;
-the dense side (probabilities and Σ p·log p) is computed once.
+Both are a cross-entropy against a target distribution q that the dense model fixes, plus a
+constant, per position:
+
+    M = const + lse(z) − q·z,     z = W n + b the logits of the normed final hidden state n,
+
+kl: q = the dense next-token distribution p, const = Σ p log p (so M = KL(p‖softmax z));
+nll: q = one-hot of the text's next token, const = 0, and the last position has no target.
+
+Since q·z = n·(Wᵀq) + q·b, the dense side caches only a hidden-sized vector and a scalar per
+position (`profiling/head.py`), and every profiler (reference, batched, layer-major, conditional)
+evaluates this one definition. A new metric registers a `Metric` here; if it is not of this form
+it cannot be profiled, and the registry is the place that says so.
 """
 
 from __future__ import annotations
@@ -11,62 +21,49 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from gapprune.registry import Registry
 
+Target = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
 
-@dataclass
-class DenseReference:
-    """What the metrics compare against, per calibration batch.
 
-    probs[b]: (B, T, V) dense next-token probabilities; neg_entropy[b]: (B, T) Σ p·log p (kl);
-    targets[b]: (B, T-1) next tokens (nll).
+@dataclass(frozen=True)
+class Metric:
+    """A metric of the form const + lse(z) − q·z (see the module docstring).
+
+    target(dense_logits (N, V) float32, next_ids (N,) or None) -> (q, const): q is (N, V)
+        probabilities or (N,) token ids (a one-hot q), const is (N,);
+    shift: positions dropped at the end of every sequence (1 when the target is the next token);
+    fisher_labels: the labels whose Fisher information is this metric's Hessian at the dense model
+        (`model`: sampled from the dense model; `data`: the text), for the Fisher estimate.
     """
 
-    probs: list[torch.Tensor]
-    neg_entropy: list[torch.Tensor]
-    targets: list[torch.Tensor]
+    name: str
+    target: Target
+    shift: int
+    fisher_labels: str
+
+    def positions(self, batch: int, seq_len: int) -> int:
+        return batch * (seq_len - self.shift)
 
 
-Metric = Callable[[torch.Tensor, int, DenseReference], torch.Tensor]
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def head_logits(norm: nn.Module, head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """head(norm(hidden)) in float32. hidden (B, T, h) -> (B, T, V)."""
-    return head(norm(hidden)).float()
+def register(metric: Metric) -> Metric:
+    return METRICS.register(metric.name)(metric)
 
 
-def make_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor], input_ids: list[torch.Tensor],
-                   device: torch.device) -> DenseReference:
-    probs, neg_entropy = [], []
-    for hidden in final_hidden:
-        log_p = F.log_softmax(head_logits(norm, head, hidden.to(device, head.weight.dtype)), dim=-1)  # (B, T, V)
-        p = log_p.exp()
-        probs.append(p)
-        neg_entropy.append((p * log_p).sum(-1))
-    return DenseReference(probs, neg_entropy, [ids[:, 1:].to(device) for ids in input_ids])
+def _kl_target(dense_logits: torch.Tensor, next_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    log_p = F.log_softmax(dense_logits, dim=-1)  # (N, V)
+    p = log_p.exp()
+    return p, (p * log_p).sum(-1)
 
 
-@METRICS.register("kl")
-def kl_metric(logits: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
-    """Summed per-token KL(dense || pruned) over the batch: Σ p log p − (Σ p·z − logsumexp z)."""
-    p = reference.probs[batch]  # (B, T, V), rows sum to 1
-    cross = (p * logits).sum(-1) - torch.logsumexp(logits, dim=-1)  # (B, T) = Σ p log q
-    return (reference.neg_entropy[batch] - cross).sum().double()
+def _nll_target(dense_logits: torch.Tensor, next_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    assert next_ids is not None
+    return next_ids, torch.zeros(next_ids.shape[0], dtype=torch.float32, device=next_ids.device)
 
 
-@METRICS.register("nll")
-def nll_metric(logits: torch.Tensor, batch: int, reference: DenseReference) -> torch.Tensor:
-    """Summed next-token NLL over the batch: logsumexp z − z[target]."""
-    targets = reference.targets[batch]  # (B, T-1)
-    z = logits[:, :-1]
-    picked = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return (torch.logsumexp(z, dim=-1) - picked).sum().double()
-
-
-def metric_positions(metric: str, logits_shape: torch.Size) -> int:
-    """How many positions a metric sums over for one batch (to turn sums into means)."""
-    b, t = logits_shape[0], logits_shape[1]
-    return b * (t - 1) if metric == "nll" else b * t
+register(Metric("kl", _kl_target, shift=0, fisher_labels="model"))
+register(Metric("nll", _nll_target, shift=1, fisher_labels="data"))

@@ -1,0 +1,40 @@
+"""The one metric definition equals the textbook KL and NLL computed on full logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gapprune.profiling.head import make_head_reference, metric_sums
+from gapprune.profiling.metrics import METRICS, Metric
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("metric", ["kl", "nll"])
+def test_head_space_metric_equals_the_full_logit_definition(metric, bias):
+    torch.manual_seed(0)
+    norm, head = torch.nn.LayerNorm(16), torch.nn.Linear(16, 50, bias=bias)
+    dense = torch.randn(2, 7, 16)
+    ids = torch.randint(0, 50, (2, 7))
+    pruned = torch.randn(3 * 2, 7, 16)  # three stacked replays of the batch
+    reference = make_head_reference(norm, head, [dense], [ids], metric, torch.device("cpu"), chunk_rows=5)
+    sums = metric_sums(norm, head, pruned, 0, reference, copies=3, chunk_rows=5)
+    with torch.no_grad():
+        log_p = F.log_softmax(head(norm(dense)), -1)  # (2, 7, V)
+        for copy, hidden in enumerate(pruned.view(3, 2, 7, 16)):
+            log_q = F.log_softmax(head(norm(hidden)), -1)
+            if metric == "kl":
+                expected = (log_p.exp() * (log_p - log_q)).sum()
+            else:
+                expected = -log_q[:, :-1].gather(-1, ids[:, 1:, None]).sum()
+            assert float(sums[copy]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_metrics_register_once_and_say_how_to_estimate_them():
+    assert set(METRICS) >= {"kl", "nll"}
+    assert METRICS.get("kl").fisher_labels == "model" and METRICS.get("nll").shift == 1
+    with pytest.raises(ValueError, match="already registered"):
+        METRICS.register("kl")(Metric("kl", METRICS.get("kl").target, 0, "model"))
+    with pytest.raises(KeyError, match="unknown metric 'kll'.*Did you mean 'kl'"):
+        METRICS.get("kll")
