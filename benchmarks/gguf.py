@@ -91,6 +91,7 @@ def phase_ppl(args: argparse.Namespace, models: dict[str, str], ratios: dict[str
             record.update(ratio=ratios[name], runtime=RUNTIME, ppl=round(result.ppl, 3),
                           ppl_transformers=round(reference.ppl, 3),
                           ppl_rel_diff=round(result.ppl / reference.ppl - 1, 5), windows=result.windows,
+                          ppl_wall_s=result.wall_s, ppl_transformers_wall_s=reference.wall_s,
                           seq_len=result.seq_len, file_mb=round(path.stat().st_size / 2**20, 2), **meta())
             records[(name, file_type)] = record
             save_records(out, records)
@@ -137,9 +138,24 @@ def phase_speed(args: argparse.Namespace, models: dict[str, str], ratios: dict[s
     save_records(out, records)
 
 
+def render(out: Path) -> str:
+    """The markdown table of `out`'s records (for docs/results.md)."""
+    records = sorted(load_records(out).values(), key=lambda r: (r["ratio"], r["type"]))
+    header = ("| model | removed | type | file MB | ppl llama.cpp | ppl transformers | diff | pp512 tok/s | tg128 tok/s "
+              "| decode speedup | ideal | speedup / ideal |")
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        has_speed = "decode_tokens_per_s" in r
+        speed = (f"{r['prefill_tokens_per_s']:.0f} | {r['decode_tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+                 f"{r['ideal_speedup']:.2f}x | {r['speedup'] / r['ideal_speedup']:.2f}") if has_speed else " | ".join("–" * 5)
+        ppl = f"{r['ppl']:.2f} | {r['ppl_transformers']:.2f} | {100 * r['ppl_rel_diff']:+.2f}%" if "ppl" in r else " | ".join("–" * 3)
+        lines.append(f"| {r['model']} | {100 * r['ratio']:.0f}% | {r['type']} | {r['file_mb']:.1f} | {ppl} | {speed} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["ppl", "speed", "all"], default="all")
+    parser.add_argument("--phase", choices=["ppl", "speed", "all", "render"], default="all")
     parser.add_argument("--models", default="dense=smollm2-135m,gap25=runs/gguf/gap25,gap50=runs/gguf/gap50",
                         help="name=model pairs; the first is the dense reference")
     parser.add_argument("--ratios", default="0,0.25,0.5")
@@ -156,6 +172,8 @@ def main() -> None:
     args = parser.parse_args()
     models = dict(pair.split("=", 1) for pair in args.models.split(","))
     ratios = dict(zip(models, map(float, args.ratios.split(","))))
+    if args.phase == "render":
+        print(render(Path(args.out)))
     if args.phase in ("ppl", "all"):
         phase_ppl(args, models, ratios)
     if args.phase in ("speed", "all"):

@@ -290,3 +290,18 @@ def test_smollm2_gguf_matches_transformers_with_copied_and_converted_tokenizers(
             assert runner.tokenize(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
     finally:
         runner.close()
+
+
+def test_gguf_perplexity_equals_transformers_perplexity_and_speed_runs(tokenizer, tmp_path):
+    from gapprune.evaluate.llamacpp import gguf_perplexity, gguf_speed
+    from gapprune.evaluate.perplexity import perplexity
+
+    model = heterogeneous(tiny("llama", len(tokenizer)))
+    path = export_gguf(model, tokenizer, tmp_path / "m.gguf", file_type="f32").path
+    windows = torch.randint(0, len(tokenizer), (3, 32), generator=torch.Generator().manual_seed(0))
+    expected = perplexity(model, windows, batch_size=2, progress=False)
+    got = gguf_perplexity(path, windows)
+    assert (got.windows, got.predicted_tokens) == (expected.windows, expected.predicted_tokens)
+    assert got.ppl == pytest.approx(expected.ppl, rel=1e-5)
+    speed = gguf_speed(path, prompt_tokens=16, new_tokens=4, repeats=2)
+    assert len(speed.decode_tokens_per_s_all) == 2 and speed.prefill_tokens_per_s > 0

@@ -96,11 +96,11 @@ class GgufRunner:
 
 
 def _nll(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Summed next-token NLL; logits (T-1, V), targets (T-1,)."""
-    x = logits.astype(np.float64)
-    peak = x.max(axis=1, keepdims=True)
-    log_z = np.log(np.exp(x - peak).sum(axis=1)) + peak[:, 0]
-    return float((log_z - x[np.arange(len(targets)), targets]).sum())
+    """Summed next-token NLL in float64; logits (T-1, V), targets (T-1,). torch's logsumexp is
+    several times faster than numpy's exp here, which matters at 128 x 49,152 values a window."""
+    x = torch.from_numpy(logits).double()  # (T-1, V)
+    picked = x.gather(1, torch.from_numpy(targets).long()[:, None])[:, 0]  # (T-1,)
+    return float((torch.logsumexp(x, dim=1) - picked).sum())
 
 
 def gguf_perplexity(path: str | Path, windows: torch.Tensor, *, threads: int = 2, dataset: str = "",
