@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.data import consecutive_windows, load_text, tokenize_text
+from gapprune.distributed import is_main
 from gapprune.evaluate.perplexity import PerplexityResult, perplexity
 from gapprune.export.save import save, write_atomically
 from gapprune.models import ModelAdapter, get_adapter
@@ -102,6 +103,8 @@ def prune(
     else:
         plan = Plan(plan.layers, {**plan.config, "compensate": config.compensate, "ridge": config.ridge},
                     dict(plan.summary))
+    if not is_main():  # under torchrun only rank 0 changes the model (and writes it)
+        return plan, profile
     with timed(timings, "surgery_and_compensation"):
         biases_before = _out_proj_bias_params(adapter)
         gram = calibration.gram if calibration is not None else None

@@ -53,6 +53,7 @@ class PruneCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
+        from gapprune.distributed import is_main, setup
         from gapprune.pipeline import Profile
         from gapprune.prune.plan import Plan
 
@@ -67,14 +68,16 @@ class PruneCommand:
             from gapprune.export.gguf import check_export_args
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
-        model, tokenizer = load(args.model, device=config.device)
+        model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
         _record_gguf_source(model, args.model)
-        datasets = [d for d in args.eval.split(",") if d]
+        datasets = [d for d in args.eval.split(",") if d] if is_main() else []
         kwargs = dict(seq_len=args.eval_seq_len, max_windows=args.eval_windows, data_dir=config.data_dir)
         evaluation = [
             {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
         plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in)
+        if not is_main():  # torchrun: the other ranks only helped profile
+            return 0
         evaluation += [
             {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
@@ -114,14 +117,17 @@ class ProfileCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, profile, write_profile_folder
+        from gapprune.distributed import is_main, setup
 
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
                     if name not in ProfileCommand.not_profile_settings}
         config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
-        model, tokenizer = load(args.model, device=config.device)
+        model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
         result = profile(model, tokenizer, config)
+        if not is_main():  # torchrun: the other ranks only helped profile
+            return 0
         out = write_profile_folder(args.out, result, overwrite=args.overwrite)
         print(f"profiled {result.table.n_layers} layers ({result.table.n_exact()} exact ΔL entries) in "
               f"{sum(result.timings.values()):.0f} s; prune with: gapprune prune {args.model} --profile {out} --ratio R")
@@ -373,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"gapprune {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except Exception as err:
+        from gapprune.distributed import describe
+
+        if not describe():
+            raise
+        print(f"gapprune {args.command}: {describe()} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

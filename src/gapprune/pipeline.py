@@ -26,6 +26,7 @@ from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inpu
 from gapprune.calibrate.signals import layer_signals
 from gapprune.config import PruneConfig
 from gapprune.data import load_text, sample_windows, self_generated_windows, tokenize_text
+from gapprune.distributed import gather_table, shard_layers
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import default_cache_dir
@@ -178,9 +179,11 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     done = checkpoint.load()
     if done:
         log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
+    layers = shard_layers(adapter.n_layers)  # this rank's start layers: all of them outside torchrun
     table = build_loss_table_batched(adapter, calibration.profile_inputs, scores, metric=config.metric,
-                                     channel_step=step, mlp_stride=config.mlp_stride, done=done,
+                                     channel_step=step, mlp_stride=config.mlp_stride, layers=layers, done=done,
                                      on_layer=checkpoint.save)
+    table = gather_table(table, layers)
     checkpoint.clear()
     return table
 

@@ -1,0 +1,122 @@
+"""Exact profiling shared across processes started by `torchrun`: ranks split the replays by start layer.
+
+`torchrun --nproc-per-node N -m gapprune prune ...` sets RANK, WORLD_SIZE and LOCAL_RANK; without
+them the world size is 1 and nothing here talks to anyone, so the same command runs as before.
+
+* Work: the exact ΔL of start layer l replays layers l...L for every option, so its cost is about
+  (L − l + 1) layer passes per option. `shard_layers` hands the start layers out by that cost
+  (largest first, each to the least loaded rank), deterministically on every rank.
+* Result: every rank measures its layers' rows, `gather_table` gives every rank all rows (a few KB
+  of numbers through `all_gather_object`), and every rank then solves the same DP on the same
+  table; only rank 0 (`is_main`) does surgery and writes the output.
+* Failure: a rank that raises exits non-zero, its peers' pending collective fails or torchrun stops
+  them (SIGTERM, turned into `SystemExit` here so that temporary folders are removed), and the run
+  fails with the failing rank named; the output folder is only ever written by rank 0, atomically.
+
+Backend: gloo for CPU models, NCCL (with gloo for Python objects) for CUDA ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gapprune.allocate.table import LossTable
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main() -> bool:
+    """True on rank 0 and in a plain (non-torchrun) run: the process that writes results."""
+    return rank() == 0
+
+
+def describe() -> str:
+    """'rank r of n' under torchrun, '' otherwise (for error messages)."""
+    return f"rank {rank()} of {world_size()}" if world_size() > 1 else ""
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(f"{describe()}: stopped by signal {signum} (another rank failed)")
+
+
+def setup(device: str, timeout_s: float = 3600.0) -> str:
+    """Join the process group when started by torchrun; returns the device this rank should use.
+
+    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks on one machine use N GPUs.
+    """
+    if world_size() == 1:
+        return device
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    on_cuda = device.startswith("cuda")
+    if on_cuda:
+        torch.cuda.set_device(torch.device(device))
+    if not dist.is_initialized():
+        backend = "cpu:gloo,cuda:nccl" if on_cuda else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    signal.signal(signal.SIGTERM, _stop)
+    return device
+
+
+def _ensure_group() -> None:
+    if not dist.is_initialized():
+        setup("cpu")
+
+
+def shard_layers(n_layers: int, size: int | None = None, index: int | None = None) -> list[int]:
+    """Start layers rank `index` of `size` profiles, balanced by replay cost ∝ (L − l + 1). Sorted."""
+    size = world_size() if size is None else size
+    index = rank() if index is None else index
+    load = [0] * size
+    owned: list[list[int]] = [[] for _ in range(size)]
+    for layer in range(n_layers):  # costliest first (layer 0 replays the most)
+        target = min(range(size), key=lambda r: (load[r], r))
+        owned[target].append(layer)
+        load[target] += n_layers - layer + 1
+    return sorted(owned[index])
+
+
+def all_gather(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (just [value] outside torchrun)."""
+    if world_size() == 1:
+        return [value]
+    _ensure_group()
+    parts: list[Any] = [None] * world_size()
+    dist.all_gather_object(parts, value)
+    return parts
+
+
+def gather_table(table: LossTable, layers: list[int]) -> LossTable:
+    """The full table on every rank, from each rank's table of its own `layers` (the other rows are 0)."""
+    if world_size() == 1:
+        return table
+    assert table.exact is not None
+    rows = {layer: {c: table.loss[c][layer].tolist() for c in table.loss} for layer in layers}
+    meta = {"layers": layers, "wall_s": table.meta.get("wall_s"), "layer_wall_s": table.meta.get("layer_wall_s", {})}
+    parts = all_gather((rows, meta))
+    merged = table.copy()
+    walls: dict[str, Any] = {}
+    for part_rows, _ in parts:
+        for layer, row in part_rows.items():
+            for c, values in row.items():
+                merged.loss[c][int(layer)] = np.asarray(values, dtype=np.float64)
+    for _, part_meta in parts:
+        walls.update({str(k): v for k, v in part_meta["layer_wall_s"].items()})
+    merged.meta.update({"world_size": world_size(), "layer_wall_s": walls,
+                        "rank_layers": [part_meta["layers"] for _, part_meta in parts],
+                        "rank_wall_s": [part_meta["wall_s"] for _, part_meta in parts]})
+    return merged

@@ -1,0 +1,16 @@
+"""`gapprune prune` under torchrun with rank 1's exact profiler raising (used by test_torchrun.py)."""
+
+import sys
+
+import gapprune.pipeline
+from gapprune import distributed
+from gapprune.cli import main
+
+
+def broken(*args: object, **kwargs: object) -> object:
+    raise RuntimeError("injected profiling failure")
+
+
+if distributed.rank() == 1:
+    gapprune.pipeline.build_loss_table_batched = broken
+sys.exit(main(sys.argv[1:]))
