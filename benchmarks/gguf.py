@@ -86,7 +86,7 @@ def phase_ppl(args: argparse.Namespace, models: dict[str, str], ratios: dict[str
         del model
         for file_type in types:
             path = gguf_path(work, name, file_type)
-            result = gguf_perplexity(path, windows, threads=args.threads, dataset="wikitext2", split="test")
+            result = gguf_perplexity(path, windows, threads=args.ppl_threads, dataset="wikitext2", split="test")
             record = records.get((name, file_type), {"model": name, "type": file_type})
             record.update(ratio=ratios[name], runtime=RUNTIME, ppl=round(result.ppl, 3),
                           ppl_transformers=round(reference.ppl, 3),
@@ -102,38 +102,44 @@ def phase_speed(args: argparse.Namespace, models: dict[str, str], ratios: dict[s
     from gapprune.evaluate.llamacpp import gguf_speed
 
     types = args.speed_types.split(",")
+    thread_counts = [int(t) for t in args.speed_threads.split(",")]
     work, out = Path(args.work), Path(args.out)
     export_all(models, types, work)
-    runs: dict[tuple[str, str], dict[str, list[float]]] = {}
+    runs: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     for round_ in range(args.rounds):
-        for file_type in types:
-            for name in models:
-                load = os.getloadavg()[0]
-                speed = gguf_speed(gguf_path(work, name, file_type), threads=args.threads,
-                                   repeats=args.repeats, seed=round_)
-                slot = runs.setdefault((name, file_type), {"prefill": [], "decode": [], "load": []})
-                slot["prefill"] += speed.prefill_tokens_per_s_all
-                slot["decode"] += speed.decode_tokens_per_s_all
-                slot["load"].append(load)
-                print(f"round {round_} {name} {file_type}: pp {speed.prefill_tokens_per_s:.1f} "
-                      f"tg {speed.decode_tokens_per_s:.1f} tok/s (load {load:.2f})", flush=True)
+        for threads in thread_counts:
+            for file_type in types:
+                for name in models:
+                    load = os.getloadavg()[0]
+                    speed = gguf_speed(gguf_path(work, name, file_type), threads=threads, repeats=args.repeats,
+                                       seed=round_)
+                    slot = runs.setdefault((name, file_type, threads), {"prefill": [], "decode": [], "load": []})
+                    slot["prefill"] += speed.prefill_tokens_per_s_all
+                    slot["decode"] += speed.decode_tokens_per_s_all
+                    slot["load"].append(load)
+                    print(f"round {round_} {name} {file_type} {threads} threads: pp {speed.prefill_tokens_per_s:.1f} "
+                          f"tg {speed.decode_tokens_per_s:.1f} tok/s (load {load:.2f})", flush=True)
     records = load_records(out)
     dense = next(iter(models))  # the first model is the reference
-    for (name, file_type), slot in runs.items():
+    for (name, file_type, threads), slot in runs.items():
         record = records.get((name, file_type), {"model": name, "type": file_type})
-        base = runs[(dense, file_type)]
+        base = runs[(dense, file_type, threads)]
         size = gguf_path(work, name, file_type).stat().st_size
-        record.update(
-            ratio=ratios[name], runtime=RUNTIME, threads=args.threads, prompt_tokens=512, new_tokens=128,
-            prefill_tokens_per_s=round(statistics.median(slot["prefill"]), 1),
-            decode_tokens_per_s=round(statistics.median(slot["decode"]), 1),
-            speedup=round(statistics.median(slot["decode"]) / statistics.median(base["decode"]), 3),
-            prefill_speedup=round(statistics.median(slot["prefill"]) / statistics.median(base["prefill"]), 3),
-            ideal_speedup=round(gguf_path(work, dense, file_type).stat().st_size / size, 3),
-            file_mb=round(size / 2**20, 2), speed_runs=len(slot["decode"]),
-            decode_tokens_per_s_range=[round(min(slot["decode"]), 1), round(max(slot["decode"]), 1)],
-            load_avg_1min=[round(x, 2) for x in slot["load"]], **meta(),
-        )
+        decode, prefill = statistics.median(slot["decode"]), statistics.median(slot["prefill"])
+        numbers = {
+            "prefill_tokens_per_s": round(prefill, 1), "decode_tokens_per_s": round(decode, 1),
+            "speedup": round(decode / statistics.median(base["decode"]), 3),
+            "prefill_speedup": round(prefill / statistics.median(base["prefill"]), 3),
+            "decode_tokens_per_s_range": [round(min(slot["decode"]), 1), round(max(slot["decode"]), 1)],
+            "speed_runs": len(slot["decode"]), "load_avg_1min": [round(x, 2) for x in slot["load"]],
+        }
+        by_threads = record.setdefault("speed_by_threads", {})
+        by_threads[str(threads)] = numbers
+        if threads == args.threads:
+            record.update(numbers)
+        record.update(ratio=ratios[name], runtime=RUNTIME, threads=args.threads, prompt_tokens=512, new_tokens=128,
+                      ideal_speedup=round(gguf_path(work, dense, file_type).stat().st_size / size, 3),
+                      file_mb=round(size / 2**20, 2), **meta())
         records[(name, file_type)] = record
     save_records(out, records)
 
@@ -163,7 +169,11 @@ def main() -> None:
     parser.add_argument("--speed-types", default="f16,q4_0")
     parser.add_argument("--windows", type=int, default=256)
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="the thread count the top-level speed fields use")
+    parser.add_argument("--speed-threads", default="2,1", help="thread counts to time (1 resists a busy machine)")
+    parser.add_argument("--ppl-threads", type=int, default=1,
+                        help="llama.cpp threads for perplexity (results do not depend on it; on a shared machine "
+                             "ggml's spinning thread barriers make 2 threads far slower than 1)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", default=None)

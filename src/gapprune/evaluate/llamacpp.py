@@ -4,6 +4,10 @@ cyllama ships llama.cpp compiled into a wheel, so nothing is built here. Its con
 object for an `n_vocab` attribute that its model class lacks; `_Model` adds it. For comparisons
 with transformers the KV cache is kept in float32 and flash attention off (llama.cpp's defaults,
 an f16 cache and automatic flash attention, round K and V to f16); speed runs use the defaults.
+
+Logits and perplexity default to one thread: results do not depend on it, and on a busy machine
+ggml's spinning thread barriers make two threads many times slower than one (measured here: 25 s
+instead of 3 s for a 128-token window of SmolLM2 at a load average of 10 on two cores).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ def import_cyllama() -> Any:
 class GgufRunner:
     """One GGUF model and one context (a single sequence), for logits and timing."""
 
-    def __init__(self, path: str | Path, *, n_ctx: int = 2048, n_batch: int = 512, threads: int = 2,
+    def __init__(self, path: str | Path, *, n_ctx: int = 2048, n_batch: int = 512, threads: int = 1,
                  exact: bool = True) -> None:
         cy = import_cyllama()
         cy.disable_logging()
@@ -103,7 +107,7 @@ def _nll(logits: np.ndarray, targets: np.ndarray) -> float:
     return float((torch.logsumexp(x, dim=1) - picked).sum())
 
 
-def gguf_perplexity(path: str | Path, windows: torch.Tensor, *, threads: int = 2, dataset: str = "",
+def gguf_perplexity(path: str | Path, windows: torch.Tensor, *, threads: int = 1, dataset: str = "",
                     split: str = "", text_tokens: int | None = None) -> PerplexityResult:
     """Perplexity of a GGUF over token windows (n, T), by the same protocol as `perplexity()`."""
     n, seq_len = windows.shape
