@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerBase
 
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
-from gapprune.data import consecutive_windows, load_text, tokenize_text
+from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
 from gapprune.distributed import is_main
 from gapprune.evaluate.perplexity import PerplexityResult, perplexity
 from gapprune.export.save import save, write_atomically
@@ -54,12 +54,15 @@ def evaluate_ppl(
     data_dir: str | None = None,
     progress: bool = True,
 ) -> PerplexityResult:
-    """Perplexity on a named data set or text file (whole split tokenised once)."""
+    """Perplexity on a named data set or text file (whole split tokenised once; BOS per window when
+    the tokenizer adds one, recorded in the result)."""
     ids = tokenize_text(load_text(dataset, split, data_dir), tokenizer)
-    windows = consecutive_windows(ids, seq_len, max_windows)
+    bos = bos_token_id(tokenizer)
+    windows = consecutive_windows(ids, seq_len, max_windows, bos_id=bos)
     batch = batch_size or max(1, 2048 // seq_len)
     return perplexity(
-        model, windows, batch_size=batch, dataset=dataset, split=split, text_tokens=ids.numel(), progress=progress
+        model, windows, batch_size=batch, dataset=dataset, split=split, text_tokens=ids.numel(), progress=progress,
+        bos=bos is not None,
     )
 
 

@@ -25,7 +25,7 @@ from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.signals import layer_signals
 from gapprune.config import PruneConfig
-from gapprune.data import load_text, sample_windows, self_generated_windows, tokenize_text
+from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
 from gapprune.distributed import gather_table, shard_layers
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
@@ -128,7 +128,8 @@ def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config
     if config.calib == "self":
         return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
     text = load_text(config.calib, config.calib_split, config.data_dir)
-    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed)
+    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed,
+                          bos_id=bos_token_id(tokenizer))
 
 
 def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,

@@ -46,3 +46,30 @@ def test_windows_are_consecutive_and_samples_seeded():
 def test_local_wikitext_and_ptb_are_found(data_dir):
     assert len(load_text("wikitext2", "test", data_dir)) > 1_000_000
     assert len(load_text("ptb", "validation", data_dir)) > 300_000
+
+
+def test_bos_windows_keep_their_length_and_predict_every_text_token_once():
+    ids = torch.arange(10, 1010)
+    windows = consecutive_windows(ids, 128, bos_id=2)
+    assert windows.shape == (7, 128) and (windows[:, 0] == 2).all()
+    assert torch.equal(windows[:, 1:].flatten(), ids[: 7 * 127])  # consecutive text after each BOS
+    samples = sample_windows(ids, 4, 64, seed=3, bos_id=2)
+    assert samples.shape == (4, 64) and (samples[:, 0] == 2).all()
+    assert torch.equal(samples[:, 1:], sample_windows(ids, 4, 63, seed=3))
+
+
+def test_bos_is_detected_from_what_the_tokenizer_adds(tiny_model_folder):
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from gapprune.data import bos_token_id
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_folder[0])
+    assert bos_token_id(tokenizer) is None  # no BOS token at all
+    tokenizer.bos_token = "<eos>"
+    assert bos_token_id(tokenizer) is None  # a BOS token the tokenizer never adds (SmolLM2, Qwen2)
+    bos = tokenizer.bos_token_id
+    tokenizer._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<eos> $A", special_tokens=[("<eos>", bos)]
+    )
+    assert bos_token_id(tokenizer) == bos  # added before every text (Gemma)

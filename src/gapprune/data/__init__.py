@@ -2,11 +2,12 @@
 
 from gapprune.data.selfgen import self_generated_windows
 from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file
-from gapprune.data.text import consecutive_windows, sample_windows, tokenize_text
+from gapprune.data.text import bos_token_id, consecutive_windows, sample_windows, tokenize_text
 
 __all__ = [
     "DATA_ENV",
     "TEXT_SETS",
+    "bos_token_id",
     "consecutive_windows",
     "load_text",
     "read_text_file",

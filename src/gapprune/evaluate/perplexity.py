@@ -2,6 +2,8 @@
 
 Each window is scored independently (no context carried over), every token but the first of a
 window is predicted, and the mean negative log-likelihood over all predicted tokens is exponentiated.
+Windows of models that need BOS start with it (`gapprune.data.text`), and `bos` records that protocol:
+numbers with and without BOS are not comparable.
 The LM head runs in chunks of positions so memory stays bounded for long windows and large vocabularies.
 """
 
@@ -28,6 +30,7 @@ class PerplexityResult:
     nll: float
     ppl: float
     wall_s: float
+    bos: bool = False  # every window starts with BOS (then T - 1 text tokens, all predicted)
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
@@ -57,8 +60,9 @@ def perplexity(
     split: str = "",
     text_tokens: int | None = None,
     progress: bool = True,
+    bos: bool = False,
 ) -> PerplexityResult:
-    """Perplexity of `model` over `windows` (n, T)."""
+    """Perplexity of `model` over `windows` (n, T); `bos`: the windows start with BOS (recorded)."""
     device = next(model.parameters()).device
     n, seq_len = windows.shape
     start = time.perf_counter()
@@ -81,4 +85,5 @@ def perplexity(
         nll=nll,
         ppl=math.exp(nll),
         wall_s=round(time.perf_counter() - start, 2),
+        bos=bos,
     )

