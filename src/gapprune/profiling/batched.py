@@ -26,7 +26,7 @@ from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
-from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
+from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tokens, option_grid
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
 
@@ -197,18 +197,24 @@ def build_loss_table_batched(
                                chunk_rows=chunk_rows, precision=precision, progress=progress,
                                desc=f"profile ΔL ({metric}, batched)", on_layer=timed) if todo else {}
     measured.update(done)
+    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+    meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
+            "mlp_stride": mlp_stride, "measured": True, "precision": precision,
+            "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
+            "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
+    return table_from_rows(adapter, grid, measured, scores.criterion, metric, meta)
+
+
+def table_from_rows(adapter: ModelAdapter, grid: OptionGrid, measured: Measured, criterion: str, metric: str,
+                    meta: dict[str, Any]) -> LossTable:
+    """The loss table of measured rows: unmeasured options interpolated within each measured layer, others 0."""
     loss = grid.empty_loss()
     for layer, row in measured.items():
         for c, values in row.items():
             for k, value in values.items():
                 loss[c][layer, int(k)] = value
         grid.interpolate_(loss, layer)
-    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
-    meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
-            "mlp_stride": mlp_stride, "measured": True, "precision": precision,
-            "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
-            "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
-    return LossTable(metric=metric, criterion=scores.criterion, options=grid.options, loss=loss, removed=grid.removed,
+    return LossTable(metric=metric, criterion=criterion, options=grid.options, loss=loss, removed=grid.removed,
                      meta=meta, exact=grid.exact_mask(), param_unit=adapter.hidden)
 
 
