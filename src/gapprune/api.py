@@ -37,8 +37,23 @@ from gapprune.prune.plan import Plan
 log = logging.getLogger(__name__)
 
 
-def load(spec: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    """Load a dense or gapprune-pruned model (no remote code needed) and its tokenizer."""
+def load(spec: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
+         offload: str = "off") -> tuple[nn.Module, PreTrainedTokenizerBase]:
+    """Load a dense or gapprune-pruned model (no remote code needed) and its tokenizer.
+
+    `offload` "on" leaves the decoder layers of a local safetensors folder on disk, read one at a
+    time (`models/streaming.py`); "auto" does so when the weights would take over half the free memory.
+    """
+    if offload != "off":
+        from transformers import AutoTokenizer
+
+        from gapprune.models.loading import resolve_model_source
+        from gapprune.models.streaming import open_streamed, should_stream
+
+        source = resolve_model_source(spec)
+        if should_stream(source, offload, dtype):
+            log.info("streaming the decoder layers of %s from disk", source)
+            return open_streamed(source, dtype=dtype, device=device), AutoTokenizer.from_pretrained(source)
     return load_model(spec, device=device, dtype=dtype)
 
 

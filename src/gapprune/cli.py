@@ -47,6 +47,9 @@ class PruneCommand:
         p.add_argument("--profile", default=None,
                        help="reuse the profile in this folder (a `gapprune profile` or earlier prune output) instead of profiling")
         p.add_argument("--plan", default=None, help="apply this plan.json as it is (no profiling, no allocation)")
+        p.add_argument("--offload", choices=("auto", "on", "off"), default="auto",
+                       help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
+                       "(auto: when the weights would take over half the free memory)")
         _add_config_flags(p, PruneConfig)
         p.set_defaults(run=PruneCommand.run)
 
@@ -54,6 +57,7 @@ class PruneCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
         from gapprune.distributed import is_main, setup
+        from gapprune.models.streaming import check_streamable
         from gapprune.pipeline import Profile
         from gapprune.prune.plan import Plan
 
@@ -68,7 +72,8 @@ class PruneCommand:
             from gapprune.export.gguf import check_export_args
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
-        model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
+        model, tokenizer = load(args.model, device=setup(config.device), offload=args.offload)  # setup: torchrun
+        check_streamable(model, config, plan_in)
         _record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d] if is_main() else []
         kwargs = dict(seq_len=args.eval_seq_len, max_windows=args.eval_windows, data_dir=config.data_dir)

@@ -30,11 +30,13 @@ from gapprune.distributed import gather_table, shard_layers
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import default_cache_dir
+from gapprune.models.streaming import is_streamed
 from gapprune.profiling import build_loss_table
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.fisher import build_loss_table_fisher
+from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.prune import Plan, default_channel_step, make_plan
 from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
 
@@ -181,9 +183,10 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     if done:
         log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
     layers = shard_layers(adapter.n_layers)  # this rank's start layers: all of them outside torchrun
-    table = build_loss_table_batched(adapter, calibration.profile_inputs, scores, metric=config.metric,
-                                     channel_step=step, mlp_stride=config.mlp_stride, layers=layers, done=done,
-                                     on_layer=checkpoint.save)
+    # a streamed model reads each layer once: traverse the decoder once instead of once per start layer
+    build = build_loss_table_layer_major if is_streamed(adapter.model) else build_loss_table_batched
+    table = build(adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
+                  mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=checkpoint.save)
     table = gather_table(table, layers)
     checkpoint.clear()
     return table

@@ -17,6 +17,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.export import modeling_gapprune
+from gapprune.models.streaming import is_streamed, save_streamed
 
 MODELING_FILE = "modeling_gapprune.py"
 
@@ -66,7 +67,10 @@ def save(
             config.architectures = [name]
             config.auto_map = {"AutoModelForCausalLM": f"{MODELING_FILE[:-3]}.{name}"}
             shutil.copyfile(modeling_gapprune.__file__, tmp / MODELING_FILE)
-        model.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)
+        if is_streamed(model):
+            save_streamed(model, tmp)  # layer by layer: one shard per decoder layer
+        else:
+            model.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if extras is not None:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.prune.plan import Plan, apply_plan_
+from gapprune.prune.plan import Plan, apply_plan_, check_layers, prune_layer_
 
 log = logging.getLogger(__name__)
 COMPENSATIONS = ("lsq", "bias", "none")
@@ -182,18 +182,22 @@ def prune_and_compensate_(adapter: ModelAdapter, plan: Plan, method: str = "none
         return {"method": "none"}
     if stats is None:
         raise ValueError("compensation needs the Gram statistics of the calibration pass (gram_hooks)")
-    dense_out = {}
-    for lp in plan.layers:
+    check_layers(adapter, plan)
+    summary: dict[str, Any] = {"method": method, "applied": 0, "kept_original": 0, "error_reduction": []}
+    for lp in plan.layers:  # a layer at a time: only its dense output projections are copied (a streamed model)
+        dense_out = {}
         for c in COMPONENTS:
             out = adapter.out_proj(lp.layer, c)
             if out is not None:
                 dense_out[(lp.layer, c)] = out.weight.data.clone()
-    kept: dict[tuple[int, str], list[int]] = {}
-    for lp in plan.layers:
+        kept: dict[tuple[int, str], list[int]] = {}
         for c in COMPONENTS:
             width = adapter.unit_width(c)
             kept[(lp.layer, c)] = [u * width + d for u in lp.component(c).kept for d in range(width)]
-    apply_plan_(adapter, plan)
-    summary = compensate_(adapter, dense_out, kept, stats, method, ridge)
-    adapter.record_shapes_()  # compensation may have added biases
+        prune_layer_(adapter, lp)
+        part = compensate_(adapter, dense_out, kept, stats, method, ridge)
+        summary["applied"] += part["applied"]
+        summary["kept_original"] += part["kept_original"]
+        summary["error_reduction"] += part["error_reduction"]
+    adapter.record_shapes_()  # the new shapes, and the biases compensation may have added
     return summary

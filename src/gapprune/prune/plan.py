@@ -113,12 +113,21 @@ def make_plan(
 
 def apply_plan_(adapter: ModelAdapter, plan: Plan) -> None:
     """Physically remove every unit the plan does not keep, then record the per-layer shapes."""
+    check_layers(adapter, plan)
+    for lp in plan.layers:
+        prune_layer_(adapter, lp)
+    adapter.record_shapes_()
+
+
+def check_layers(adapter: ModelAdapter, plan: Plan) -> None:
     if len(plan.layers) != adapter.n_layers:
         raise ValueError(f"the plan has {len(plan.layers)} layers, the model {adapter.n_layers}")
-    for lp in plan.layers:
-        shape = adapter.layer_shape(lp.layer)
-        if len(lp.attn.kept) != shape.n_heads:
-            adapter.prune_attention_(lp.layer, lp.attn.kept)
-        if len(lp.mlp.kept) != shape.intermediate:
-            adapter.prune_mlp_(lp.layer, lp.mlp.kept)
-    adapter.record_shapes_()
+
+
+def prune_layer_(adapter: ModelAdapter, lp: LayerPlan) -> None:
+    """Physically remove the units of one layer that `lp` does not keep (shapes recorded by the caller)."""
+    shape = adapter.layer_shape(lp.layer)
+    if len(lp.attn.kept) != shape.n_heads:
+        adapter.prune_attention_(lp.layer, lp.attn.kept)
+    if len(lp.mlp.kept) != shape.intermediate:
+        adapter.prune_mlp_(lp.layer, lp.mlp.kept)
