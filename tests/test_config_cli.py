@@ -27,7 +27,7 @@ def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
 def test_profiler_and_ridge_flags_are_validated():
     args = build_parser().parse_args(["prune", "m", "--ratio", "0.3", "--out", "o", "--profiler", "fisher", "--ridge", "1"])
     assert args.profiler == "fisher" and args.ridge == 1.0
-    with pytest.raises(ValueError, match="--profiler must be exact or fisher"):
+    with pytest.raises(ValueError, match="profiler must be auto, exact or fisher"):
         PruneConfig(ratio=0.3, profiler="hessian")
     with pytest.raises(ValueError, match="--ridge must be >= 0"):
         PruneConfig(ratio=0.3, ridge=-1)

@@ -25,6 +25,8 @@ from gapprune.pipeline import (
     Profile,
     allocate,
     calibrate,
+    complete_table,
+    needs_loss_table,
     plan_from_allocation,
     profile_model,
     prune_model_,
@@ -83,8 +85,12 @@ def evaluate_ppl(
 
 def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
             checkpoint_dir: Path | None = None) -> Profile:
-    """Measure the dense model once (scores, signals, loss table); `Profile.save` keeps it for reuse."""
-    return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir)
+    """Measure the dense model once (scores, signals, loss table); `Profile.save` keeps it for reuse.
+
+    With the `auto` profiler the table stays an estimate here: each later prune measures exactly
+    what its own ratio's plan needs, and the output folder keeps the grown table.
+    """
+    return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir, complete=False)
 
 
 def prune(
@@ -111,6 +117,9 @@ def prune(
         else:
             profile.check_matches(calibration, config)
             profile.timings = {**calibration.timings}
+            if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
+                with timed(profile.timings, "profiling"):
+                    profile.table = complete_table(calibration, profile.table, config, profile.total_params)
         with timed(profile.timings, "allocation"):
             allocation = allocate(profile, config.ratio, config.allocator)
             if config.refine:

@@ -21,7 +21,8 @@ class PruneConfig:
     seq_len: int = field(default=128, metadata={"help": "tokens per calibration window"})
     batch_size: int = field(default=8, metadata={"help": "windows per forward pass"})
     channel_step: int = field(default=0, metadata={"help": "MLP channels per option step; 0 = intermediate/32 rounded to 8"})
-    profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: exact (replay every option) or fisher (second-order estimate, one backward per batch)"})
+    profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: auto (Fisher estimate, exact replays only where they can change the plan), exact (replay every option) or fisher (estimate only)"})
+    auto_margin: float = field(default=1.0, metadata={"help": "auto profiler: relative uncertainty of an estimated ΔL; an option is measured exactly when, lowered by it, it could beat the pick (larger: more replays, closer to the exact plan)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
@@ -40,8 +41,10 @@ class PruneConfig:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
         if self.compensate not in ("lsq", "bias", "none"):
             raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
-        if self.profiler not in ("exact", "fisher"):
-            raise ValueError(f"profiler must be exact or fisher, got {self.profiler!r}")
+        if self.profiler not in ("exact", "fisher", "auto"):
+            raise ValueError(f"profiler must be auto, exact or fisher, got {self.profiler!r}")
+        if self.auto_margin < 0:
+            raise ValueError(f"auto_margin must be >= 0, got {self.auto_margin}")
         if self.ridge < 0:
             raise ValueError("ridge must be >= 0")
         if self.refine < 0:

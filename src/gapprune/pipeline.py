@@ -32,11 +32,19 @@ from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import default_cache_dir
 from gapprune.models.streaming import is_streamed
 from gapprune.profiling import build_loss_table
-from gapprune.profiling.batched import build_loss_table_batched
+from gapprune.profiling.auto import auto_table
+from gapprune.profiling.batched import (
+    Entries,
+    Measured,
+    build_loss_table_batched,
+    dense_head_reference,
+    measure_entries,
+)
 from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.layer_major import build_loss_table_layer_major
+from gapprune.profiling.loss_table import option_grid
 from gapprune.prune import Plan, default_channel_step, make_plan
 from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
 
@@ -44,8 +52,11 @@ log = logging.getLogger(__name__)
 
 PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
 # Settings that decide a profile's numbers; a saved profile is reused only when they match.
-PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples", "seq_len",
-                    "seed", "channel_step", "profiler", "mlp_stride")
+PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples",
+                    "seq_len", "seed", "channel_step")
+# How the table is measured: part of a checkpoint's key, not of a profile's identity (any table of the same
+# model, data and settings can be reused; `auto` completes an estimated one where a plan needs it).
+TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
 
 
 @contextmanager
@@ -69,9 +80,9 @@ class Calibration:
     gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
     timings: dict[str, float] = field(default_factory=dict)
 
-    def fingerprint(self, config: PruneConfig) -> str:
+    def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
-        settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
+        settings = {name: getattr(config, name) for name in names}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
                  "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
         scores = json.dumps(self.scores.to_dict()).encode()
@@ -123,6 +134,9 @@ class Profile:
             detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
             raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
                              "or use the same settings as the profile")
+        if config.profiler == "exact" and needs_loss_table(config) and self.table.meta.get("profiler") != "exact":
+            raise ValueError(f"the profile holds a {self.table.meta.get('profiler')} table, not an exact one; prune "
+                             "with profiler auto (it measures what the plan needs) or profile again with profiler exact")
 
 
 def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
@@ -164,21 +178,35 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
     return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
 
 
+def step_of(adapter: ModelAdapter, config: PruneConfig) -> int:
+    """MLP channels per option: the configured step, else the default for this width."""
+    return config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
+
+
 def needs_loss_table(config: PruneConfig) -> bool:
     """Only GAP reads ΔL; the baselines need the options' parameter costs alone."""
     return config.allocator == "gap"
 
 
-def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None) -> LossTable:
-    """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed."""
+def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                  complete: bool = True) -> LossTable:
+    """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed.
+
+    `auto` without `complete` stops at the estimate: `complete_table` finishes it for a ratio later.
+    """
     adapter, scores = calibration.adapter, calibration.scores
-    step = config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
+    total = sum(p.numel() for p in adapter.model.parameters())
+    step = step_of(adapter, config)
     if not needs_loss_table(config):
         return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
-    if config.profiler == "fisher":
-        return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
-                                       batch_size=config.batch_size, seed=config.seed)
-    checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", calibration.fingerprint(config))
+    if config.profiler in ("fisher", "auto"):
+        estimate = build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
+                                           batch_size=config.batch_size, seed=config.seed)
+        if config.profiler == "fisher" or not complete:
+            return estimate
+        return complete_table(calibration, estimate, config, total)
+    key = calibration.fingerprint(config, TABLE_SETTINGS)
+    checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
     done = checkpoint.load()
     if done:
         log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
@@ -192,13 +220,42 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     return table
 
 
-def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None) -> Profile:
-    """Signals and the loss table of the calibrated dense model."""
+def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int) -> LossTable:
+    """Measure exactly the entries of `table` that can change the GAP plan at `config.ratio` (`auto`).
+
+    Starts from the estimates in `table` (Fisher, or a table completed for another ratio, whose
+    exact entries are kept) and measures, on the exact profiler's option grid, every entry that a
+    margin test says could beat a pick, until every pick is exact and no estimate can beat it.
+    """
+    if not table.measured:
+        raise ValueError("this profile holds parameter costs only (profiled for a baseline allocator); "
+                         "profile again for the gap allocator")
+    adapter, scores, inputs = calibration.adapter, calibration.scores, calibration.profile_inputs
+    device = next(adapter.model.parameters()).device
+    budget = budget_params(total_params, config.ratio)
+
+    reference = dense_head_reference(adapter, inputs, config.metric, device)
+    bases: dict[int, float] = {}  # each layer's dense replay, measured once across rounds
+
+    def measure(entries: Entries) -> Measured:
+        return measure_entries(adapter, inputs, scores, table.options, entries, metric=config.metric,
+                               reference=reference, progress=False, bases=bases)
+
+    def solve(working: LossTable) -> dict[str, list[int]]:
+        return ALLOCATORS.get("gap")(working, None, budget).choice
+
+    grid = option_grid(adapter, table.meta.get("channel_step") or step_of(adapter, config), config.mlp_stride)
+    return auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)
+
+
+def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                  complete: bool = True) -> Profile:
+    """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
     timings = dict(calibration.timings)
     with timed(timings, "signals"):
         signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.scores)
     with timed(timings, "profiling"):
-        table = measure_table(calibration, config, checkpoint_dir)
+        table = measure_table(calibration, config, checkpoint_dir, complete)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
     settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
     return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings)

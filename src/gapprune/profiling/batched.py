@@ -109,12 +109,15 @@ def measure_entries(
     progress: bool = True,
     desc: str | None = None,
     on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
+    bases: dict[int, float] | None = None,
 ) -> Measured:
     """Exact ΔL of the listed options only, each against its layer's own dense replay.
 
     Layers are visited in the order of `entries`; `on_layer(layer, values)` runs after each (a
     checkpoint hook). The model's current weights are the reference point: masks set by the caller
-    on other components (a plan) stay in place, so this also measures conditional ΔL.
+    on other components (a plan) stay in place, so this also measures conditional ΔL. `bases`
+    caches each layer's dense replay across calls that measure the same model on the same inputs
+    (it is read when present, filled when not), so repeated calls replay it once.
     """
     device = next(adapter.model.parameters()).device
     if reference is None:
@@ -129,9 +132,12 @@ def measure_entries(
         for layer, per_component in entries.items():
             values: dict[tuple[str, int], float] = {}
             busy = [c for c in COMPONENTS if any(per_component.get(c, []))] or [COMPONENTS[0]]
+            if bases is not None and layer in bases:
+                values[("base", -1)] = bases[layer]
             for component in busy:
                 ks = [k for k in per_component.get(component, []) if k]
-                jobs: list[Job] = [("base", -1, None)] if component == busy[0] else []  # the dense base rides along
+                ride = component == busy[0] and ("base", -1) not in values  # the dense base rides along
+                jobs: list[Job] = [("base", -1, None)] if ride else []
                 jobs += [(component, k, kept_units(scores, adapter, layer, component, options[component][k])) for k in ks]
                 for first in range(0, len(jobs), per_pass):
                     chunk = jobs[first : first + per_pass]
@@ -141,6 +147,8 @@ def measure_entries(
                         values[(name, k)] = total_sum / positions
                     bar.update(sum(1 for name, *_ in chunk if name != "base"))
             base = values[("base", -1)]
+            if bases is not None:
+                bases[layer] = base
             row = {c: {0: 0.0} if 0 in per_component.get(c, []) else {} for c in COMPONENTS}
             for (name, k), value in values.items():
                 if name != "base":

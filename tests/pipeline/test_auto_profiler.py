@@ -1,0 +1,54 @@
+"""`--profiler auto` on a real (tiny) model: the plan of the exact table, from a fraction of its replays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gapprune.allocate import ALLOCATORS, LossTable
+from gapprune.pipeline import budget_params, complete_table, profile_model
+from tests.helpers import tiny_config, tiny_run
+
+
+@pytest.fixture(scope="module")
+def ids():
+    import torch
+
+    return torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def exact_run(ids):
+    from tests.conftest import tiny_llama
+
+    return tiny_run(tiny_llama(), ids, channel_step=16)
+
+
+@pytest.mark.parametrize("ratio", [0.1, 0.2, 0.3, 0.4])
+def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, tmp_path):
+    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio)
+    auto = profile_model(exact_run.calibration, config, tmp_path).table
+    budget = budget_params(exact_run.profile.total_params, ratio)
+    gap = ALLOCATORS.get("gap")
+    assert gap(auto, None, budget).choice == gap(exact_run.table, None, budget).choice
+    picked = gap(auto, None, budget).choice
+    for c in ("attn", "mlp"):
+        for layer, k in enumerate(picked[c]):
+            assert auto.exact[c][layer, k]  # every pick was measured exactly ...
+            assert auto.loss[c][layer, k] == pytest.approx(exact_run.table.loss[c][layer, k], rel=1e-6, abs=1e-9)
+    assert auto.n_exact() < exact_run.table.n_exact()  # ... from fewer replays than the full table
+
+
+def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(exact_run, ids, tmp_path):
+    first = profile_model(exact_run.calibration, tiny_config(ids, channel_step=16, profiler="auto", ratio=0.2),
+                          tmp_path).table
+    first.save(tmp_path / "t.json")
+    loaded = LossTable.load(tmp_path / "t.json")
+    for c in ("attn", "mlp"):
+        assert np.array_equal(loaded.exact[c], first.exact[c])
+    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=0.4)
+    second = complete_table(exact_run.calibration, loaded, config, exact_run.profile.total_params)
+    for c in ("attn", "mlp"):
+        assert (second.exact[c] >= first.exact[c]).all()  # nothing measured before is lost or re-estimated
+        kept = first.exact[c]
+        assert np.allclose(second.loss[c][kept], first.loss[c][kept])
