@@ -12,7 +12,7 @@ from gapprune.allocate.signals import LayerSignals
 from gapprune.calibrate.capture import LayerInputs
 from gapprune.calibrate.stats import CalibrationStats
 from gapprune.components import COMPONENTS
-from gapprune.importance.base import UnitScores
+from gapprune.importance.base import UnitScores, row_blocks
 from gapprune.models.adapter import ModelAdapter
 
 
@@ -39,9 +39,11 @@ def outlier_ratio(adapter: ModelAdapter, stats: CalibrationStats, multiple: floa
             for linear in adapter.component_weights(layer, c):
                 role = f"{c}_out" if linear is out else f"{c}_in"
                 norm = stats.get(layer, role).mean_sq.sqrt().float()  # (in,) ~ ||X_j|| / sqrt(tokens)
-                score = linear.weight.detach().abs().float() * norm.to(linear.weight.device)  # (out, in)
-                outliers += int((score > multiple * score.mean()).sum())
-                total += score.numel()
+                norm = norm.to(linear.weight.device)
+                blocks = row_blocks(linear.weight.detach())  # scores |W_ij|·norm_j, a block of rows at a time
+                mean = sum(float((b.abs().float() * norm).double().sum()) for b in blocks) / linear.weight.numel()
+                outliers += sum(int((b.abs().float() * norm > multiple * mean).sum()) for b in blocks)
+                total += linear.weight.numel()
         ratios[layer] = outliers / total
     return ratios
 

@@ -54,9 +54,18 @@ class UnitScores(JsonValue):
 
 
 
+def row_blocks(weight: torch.Tensor, rows: int = 1024) -> list[torch.Tensor]:
+    """A weight (out, in) as blocks of `rows` rows: float64 or elementwise temporaries stay block-sized,
+    not the size of the whole matrix (a 7B MLP projection is 180 MB in float32, twice that in float64)."""
+    return [weight[i : i + rows] for i in range(0, weight.shape[0], rows)]
+
+
 def column_energy(weight: torch.Tensor) -> torch.Tensor:
     """||W[:, j]||² for each input column j of a Linear weight (out, in). -> (in,)"""
-    return weight.detach().double().square().sum(0).cpu()  # statistics live on the CPU
+    total = torch.zeros(weight.shape[1], dtype=torch.float64, device=weight.device)
+    for block in row_blocks(weight.detach()):
+        total += block.double().square().sum(0)
+    return total.cpu()  # statistics live on the CPU
 
 
 def per_head(values: torch.Tensor, head_dim: int) -> torch.Tensor:
