@@ -83,3 +83,19 @@ def test_a_failing_rank_fails_the_run_and_leaves_no_output(tiny_model_folder, tm
 def test_python_dash_m_gapprune_runs_the_cli(argv, tmp_path):
     done = run([sys.executable, "-m", "gapprune"], argv, tmp_path)
     assert done.returncode == 0 and "prune" in done.stdout
+
+
+def test_streamed_layers_on_two_ranks_give_the_in_memory_table_and_plan(tiny_model_folder, tmp_path):
+    folder, text = tiny_model_folder
+    plain, shared = tmp_path / "plain", tmp_path / "shared"
+    assert run([sys.executable, "-m", "gapprune"], [*prune_argv(folder, text, plain), "--offload", "off"],
+               tmp_path).returncode == 0
+    done = run([*torchrun(2), "-m", "gapprune"], [*prune_argv(folder, text, shared), "--offload", "on"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table, reference = (json.loads((out / "loss_table.json").read_text()) for out in (shared, plain))
+    assert table["meta"]["traversal"] == "layer_major" and table["meta"]["world_size"] == 2
+    for c in ("attn", "mlp"):
+        np.testing.assert_allclose(table["loss"][c], reference["loss"][c], rtol=1e-5, atol=1e-7)
+    assert (json.loads((shared / "plan.json").read_text())["layers"]
+            == json.loads((plain / "plan.json").read_text())["layers"])
+    assert (shared / "model.safetensors.index.json").is_file()

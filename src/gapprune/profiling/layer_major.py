@@ -131,7 +131,7 @@ def build_loss_table_layer_major(
     metric: str = "kl",
     channel_step: int,
     mlp_stride: int = 1,
-    max_rows: int = 4096,
+    max_rows: int = 1024,
     chunk_rows: int = 512,
     layers: list[int] | None = None,
     done: Measured | None = None,
@@ -143,7 +143,10 @@ def build_loss_table_layer_major(
     """ΔL for every option of every component of the start `layers` (default all), one pass over the decoder.
 
     Same arguments and result as `build_loss_table_batched`; `max_pending_bytes` bounds the host memory
-    of the pending hidden states (beyond it they go to a scratch file in `scratch_dir`).
+    of the pending hidden states (beyond it they go to a scratch file in `scratch_dir`). `max_rows`
+    is smaller by default (1024, not 4096): this profiler serves models held a layer at a time, and a
+    pass's MLP activations (about 4 x rows x intermediate floats: 900 MB at 4096 rows for an MLP of
+    14336) would otherwise outweigh the layer itself.
     """
     start_time = time.perf_counter()
     grid = option_grid(adapter, channel_step, mlp_stride)
