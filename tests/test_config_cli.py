@@ -29,5 +29,5 @@ def test_profiler_and_ridge_flags_are_validated():
     assert args.profiler == "fisher" and args.ridge == 1.0
     with pytest.raises(ValueError, match="profiler must be auto, exact or fisher"):
         PruneConfig(ratio=0.3, profiler="hessian")
-    with pytest.raises(ValueError, match="--ridge must be >= 0"):
+    with pytest.raises(ValueError, match="ridge must be >= 0"):
         PruneConfig(ratio=0.3, ridge=-1)
