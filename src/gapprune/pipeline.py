@@ -237,9 +237,9 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     reference = dense_head_reference(adapter, inputs, config.metric, device)
     bases: dict[int, float] = {}  # each layer's dense replay, measured once across rounds
 
-    def measure(entries: Entries) -> Measured:
+    def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
         return measure_entries(adapter, inputs, scores, table.options, entries, metric=config.metric,
-                               reference=reference, progress=False, bases=bases)
+                               reference=reference, bases=bases, desc="auto: exact replays this round")
 
     def solve(working: LossTable) -> dict[str, list[int]]:
         return ALLOCATORS.get("gap")(working, None, budget).choice
