@@ -19,6 +19,7 @@ memory map, so the file pages count against the page cache rather than the proce
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -169,6 +170,20 @@ def is_streamed(model: nn.Module) -> bool:
     return streamer_of(model) is not None
 
 
+def _give_freed_memory_back() -> None:
+    """Make glibc return freed tensors of 1 MB and more to the system at once.
+
+    glibc raises its mmap threshold (up to 32 MB) after large blocks are freed; from then on
+    tensors below it come from the heap, where freed space stays counted in the process. A model
+    held a layer at a time frees a layer's worth of such tensors at every step, so the threshold
+    is fixed (which also stops its adjustment). Elsewhere than glibc this does nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def _materialize_buffers_(model: nn.Module, device: torch.device) -> None:
     """Non-persistent buffers (rotary frequencies) are not in the files: build them as transformers does."""
     owners = {}
@@ -191,6 +206,7 @@ def open_streamed(folder: str | Path, *, dtype: torch.dtype = torch.float32, dev
     from gapprune.models import get_adapter
 
     folder = Path(folder)
+    _give_freed_memory_back()
     config = AutoConfig.from_pretrained(folder)
     base = (getattr(config, "architectures", None) or [""])[0].removeprefix("Gappruned")
     with torch.device("meta"):
@@ -241,11 +257,15 @@ def save_streamed(model: nn.Module, folder: Path) -> None:
     names = [f"model-{i + 1:05d}-of-{n + 1:05d}.safetensors" for i in range(n + 1)]
     weight_map: dict[str, str] = {}
     total = 0
-    for i in range(n):
-        streamer.layers[i]
+
+    def write_layer(i: int) -> int:  # a function: no reference to layer i outlives the loading of layer i + 1
+        streamer.load(i)
         tensors = {streamer.prefixes[i] + k: v for k, v in streamer._tensors(i).items()}
-        total += write_safetensors(folder / names[i], tensors)
         weight_map.update(dict.fromkeys(tensors, names[i]))
+        return write_safetensors(folder / names[i], tensors)
+
+    for i in range(n):
+        total += write_layer(i)
     streamer.drop(n - 1)
     rest: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
