@@ -5,6 +5,9 @@ profile + DP + surgery + compensation + save) is timed end to end as a user runs
 `--profiler auto` and once with `--profiler exact`. The exact table does not depend on the ratio,
 so with `--reuse-exact` only the first ratio profiles exactly and the others time the same command
 with `--profile` pointing at that folder, adding the measured profiling time (said in the record).
+`--exact-table FILE` takes an exact loss_table.json measured before (same model and settings):
+each auto run's profile folder gets it in place of its own table, and the exact plan is pruned
+from there (`--profile`), its profiling time taken from the table's own `wall_s`.
 Then both plans' WikiText-2 perplexity (first 256 windows of 128 tokens) is measured.
 
     python benchmarks/auto_profiler.py --data-dir ../shared/data --out docs/results/performance.json
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -62,6 +66,7 @@ def main() -> None:
     p.add_argument("--runs", default="runs/auto_bench")
     p.add_argument("--reuse-exact", action=__import__("argparse").BooleanOptionalAction, default=True)
     p.add_argument("--windows", type=int, default=Window("wikitext2").windows)
+    p.add_argument("--exact-table", default=None, help="an exact loss_table.json of this model and settings")
     args = p.parse_args()
     log = ResultLog(args.out)
     runs = Path(args.runs)
@@ -72,7 +77,18 @@ def main() -> None:
         auto_dir = runs / f"auto_{ratio}"
         timing[("auto", ratio)] = run_prune(args.model, ratio, auto_dir, "auto", args.data_dir)
         exact_dir = runs / f"exact_{ratio}"
-        if exact_profile is None or not args.reuse_exact:
+        if args.exact_table:
+            profile_dir = runs / f"exact_profile_{ratio}"
+            shutil.rmtree(profile_dir, ignore_errors=True)
+            profile_dir.mkdir(parents=True)
+            for name in ("profile.json", "scores.json", "signals.json"):
+                shutil.copyfile(auto_dir / name, profile_dir / name)
+            shutil.copyfile(args.exact_table, profile_dir / "loss_table.json")
+            table_s = float(json.loads(Path(args.exact_table).read_text())["meta"]["wall_s"])
+            measured = run_prune(args.model, ratio, exact_dir, "exact", args.data_dir, "--profile", str(profile_dir))
+            timing[("exact", ratio)] = {**measured, "wall_s": round(measured["wall_s"] + table_s, 1),
+                                        "profiling_reused_s": table_s}
+        elif exact_profile is None or not args.reuse_exact:
             timing[("exact", ratio)] = run_prune(args.model, ratio, exact_dir, "exact", args.data_dir)
             table_s = json.loads((exact_dir / "profile.json").read_text())["timings"]["profiling"]
             exact_profile = (exact_dir, table_s)
