@@ -3,8 +3,7 @@
 `gapprune.profiling.auto.auto_table` runs as in the pipeline, but `measure` (and `screen`) read the
 truth (a table at fewer tokens) instead of replaying layers, and charge a cost calibrated on the
 exact table's own per-layer wall times: one replayed copy from start layer l costs a·(L − l) + b
-(decoder layers + LM head and metric), every `measure` call pays one extra copy per layer it visits
-(the dense base of that layer), and a screen at T tokens costs the same copies scaled by the
+(decoder layers + LM head and metric), the dense base is one copy of the last layer, and a screen at T tokens costs the same copies scaled by the
 measured wall-time ratio of the screening table to the full table.
 
     python benchmarks/auto_simulation.py --dir runs/auto_study --out runs/auto_study/simulation.json
@@ -79,20 +78,20 @@ class CostModel:
             layers = np.array(sorted(walls))
             design = np.stack([self.n_layers - layers, np.ones(len(layers))], axis=1) * self.copies
             (self.a, self.b), *_ = np.linalg.lstsq(design, np.array([walls[int(x)] for x in layers]), rcond=None)
-        self.full = float(sum(self.copies * self.unit(layer) for layer in range(self.n_layers)))
+        self.full = float(sum((self.copies - 1) * self.unit(layer) for layer in range(self.n_layers))
+                          + self.unit(self.n_layers - 1))  # every option, one dense base
 
     def unit(self, layer: int) -> float:
         return float(self.a * (self.n_layers - layer) + self.b)
 
     def call(self, entries: Entries, scale: float = 1.0, bases: set[int] | None = None) -> float:
-        """One `measure_entries` call: per layer, its entries plus the dense base (with `bases`, the
-        layers whose base was replayed before, only a layer's first base is paid)."""
-        seconds = 0.0
-        for layer, per in entries.items():
-            copies = sum(len(ks) for ks in per.values()) + (bases is None or layer not in bases)
-            seconds += copies * self.unit(layer)
-            if bases is not None:
-                bases.add(layer)
+        """One `measure_entries` call: its entries, plus the dense base. The base does not depend on
+        the start layer, so it is one replay of the last layer; with `bases`, only the first call pays it."""
+        seconds = sum(sum(len(ks) for ks in per.values()) * self.unit(layer) for layer, per in entries.items())
+        if bases is None or not bases:
+            seconds += self.unit(self.n_layers - 1)
+        if bases is not None:
+            bases.add(self.n_layers - 1)
         return scale * seconds
 
 
@@ -163,6 +162,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--margins", type=lambda v: [float(x) for x in v.split(",")], default=[0.0, 0.25])
     parser.add_argument("--fit-cost", action="store_true", help="fit the cost model on the truth's layer wall times")
+    parser.add_argument("--full-wall", type=float, default=649.0,
+                        help="idle wall time of the full exact table (docs/performance.md §2), for screen costs")
+    parser.add_argument("--screen-margins", default="1.0:0.1,2.0:0.25",
+                        help="estimate:screen margin pairs for the fisher+screen designs")
+    parser.add_argument("--estimate-margins", type=lambda v: [float(x) for x in v.split(",")], default=[0.25],
+                        help="margins when a screening table is the whole estimate")
     args = parser.parse_args()
     tables = {p.parent.name: load_table(p, truth=False) for p in sorted(args.dir.glob("*/loss_table.json"))}
     truth = load_table(args.dir / "exact" / "loss_table.json", truth=True)
@@ -173,12 +178,9 @@ def main() -> None:
     print("table wall_s:", walls)
     fisher = tables["fisher"]
     fisher_s = 19.6  # docs/performance.md §3, idle machine (this run's own time was taken under load)
-    screens = {name: tables[name] for name in ("exact_s1_m1", "exact_s2_m1", "exact_s1", "exact_s2") if name in tables}
-    # a screen on T tokens: the wall ratio of the same-stride table at T tokens to the full table
-    # a screen on T tokens costs T / 1,024 of a full copy plus 25% for the smaller, less efficient
-    # matmuls (the screening tables' own wall times were taken under other engineers' load)
-    scale = {name: 1.25 * int(t.meta.get("tokens", 1024)) / int(truth.meta.get("tokens", 1024))
-             for name, t in screens.items()}
+    screens = {name: tables[name] for name in ("exact_s1", "exact_s2") if name in tables}
+    # a screen on T tokens costs its table's measured wall time over the full table's (both idle)
+    scale = {name: float(t.meta["wall_s"]) / args.full_wall for name, t in screens.items()}
     print("screen cost per copy relative to a full one:", {k: round(v, 3) for k, v in scale.items()})
     for name, t in tables.items():
         print(f"{name:12s} optimum ΔL gap of its own plan (vs truth):",
@@ -191,11 +193,12 @@ def main() -> None:
     for margin in args.margins:
         rows += run_design("fisher", fisher, fisher_s, truth, cost, None, 0.0, {"margin": margin, "columns": grid})
     for name, table in screens.items():
-        for margin, screen_margin in ((1.0, 0.1), (2.0, 0.25)):
+        for margin, screen_margin in (map(float, pair.split(":")) for pair in args.screen_margins.split(",")):
             rows += run_design(f"fisher+screen:{name}", fisher, fisher_s, truth, cost, table, scale[name],
                                {"margin": margin, "screen_margin": screen_margin, "columns": grid})
-        rows += run_design(f"estimate:{name}", table, scale[name] * cost.full, truth, cost, None, 0.0,
-                           {"margin": 0.25, "columns": grid})
+        for margin in args.estimate_margins:
+            rows += run_design(f"estimate:{name}", table, scale[name] * cost.full, truth, cost, None, 0.0,
+                               {"margin": margin, "columns": grid})
     for row in rows:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
     if args.out:

@@ -31,7 +31,8 @@ class TinyRun:
 
 def tiny_config(ids: torch.Tensor, **overrides: object) -> PruneConfig:
     settings = {"ratio": 0.3, "calib_samples": ids.shape[0], "profile_samples": ids.shape[0], "seq_len": ids.shape[1],
-                "batch_size": 2, "channel_step": 32, "mlp_stride": 1, "compensate": "none", **overrides}
+                "batch_size": 2, "channel_step": 32, "mlp_stride": 1, "compensate": "none", "profiler": "exact",
+                **overrides}
     return PruneConfig(**settings)  # type: ignore[arg-type]
 
 

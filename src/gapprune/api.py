@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
+from gapprune.calibrate import LayerInputs
 from gapprune.distributed import is_main
 from gapprune.evaluate.perplexity import PerplexityResult, perplexity
 from gapprune.export.save import save, write_atomically
@@ -135,7 +136,8 @@ def prune(
     with timed(timings, "surgery_and_compensation"):
         biases_before = _out_proj_bias_params(adapter)
         gram = calibration.gram if calibration is not None else None
-        plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge)
+        sequential = calibration.inputs if config.sequential and calibration is not None else None
+        plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge, sequential)
     added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
     after = sum(p.numel() for p in model.parameters()) - added
@@ -145,7 +147,7 @@ def prune(
 
 
 def pruned_copy(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
-                ridge: float = 1.0) -> tuple[nn.Module, dict[str, Any]]:
+                ridge: float = 1.0, sequential_inputs: LayerInputs | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """A pruned deep copy of a dense model, which stays as it is: several plans compared on one loaded model.
 
     Returns the copy and the compensation summary, plus `wall_s`, the seconds of surgery and compensation
@@ -153,7 +155,7 @@ def pruned_copy(model: nn.Module, plan: Plan, compensate: str = "none", gram: Gr
     """
     pruned = copy.deepcopy(model)
     start = time.perf_counter()
-    summary = prune_model_(pruned, plan, compensate, gram, ridge)
+    summary = prune_model_(pruned, plan, compensate, gram, ridge, sequential_inputs)
     return pruned, {**summary, "wall_s": round(time.perf_counter() - start, 4)}
 
 

@@ -12,7 +12,7 @@ class PruneConfig:
 
     ratio: float = field(metadata={"help": "fraction of ALL model parameters to remove (embeddings included), in (0, 1)"})
     allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
-    criterion: str = field(default="activation", metadata={"help": "which units go: magnitude|activation|fluctuation|taylor"})
+    criterion: str = field(default="activation", metadata={"help": "which units go: magnitude|activation|fluctuation|taylor|obs"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
     calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, or 'self'"})
     calib_split: str = field(default="validation", metadata={"help": "split of a named calibration set"})
@@ -21,15 +21,23 @@ class PruneConfig:
     seq_len: int = field(default=128, metadata={"help": "tokens per calibration window"})
     batch_size: int = field(default=8, metadata={"help": "windows per forward pass"})
     channel_step: int = field(default=0, metadata={"help": "MLP channels per option step; 0 = intermediate/32 rounded to 8"})
-    profiler: str = field(default="exact", metadata={"help": "how the loss table is measured: auto (Fisher estimate, exact replays only where they can change the plan), exact (replay every option) or fisher (estimate only)"})
-    auto_margin: float = field(default=1.0, metadata={"help": "auto profiler: relative uncertainty of an estimated ΔL; an option is measured exactly when, lowered by it, it could beat the pick (larger: more replays, closer to the exact plan)"})
+    profiler: str = field(default="auto", metadata={"help": "how the loss table is measured: auto (a screen on the first window(s), then exact replays only where they can change the plan), exact (replay every option) or fisher (second-order estimate only)"})
+    auto_margin: float = field(default=0.1, metadata={"help": "auto profiler: relative uncertainty of a screened ΔL after rescaling; an option is measured exactly when, lowered by it, it could beat the pick (larger: more replays, closer to the exact plan)"})
+    screen_samples: int = field(default=1, metadata={"help": "auto profiler: profiling windows (a prefix) the screen is measured on"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
+    sequential: bool = field(default=False, metadata={"help": "compensate layer by layer on the inputs the already-pruned layers produce (one more calibration pass) instead of the dense inputs"})
+    compensation_aware: bool = field(default=False, metadata={"help": "measure each option's ΔL with its component compensated as it will be saved (lsq or bias), so the allocation sees the shipped model"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+
+    @property
+    def table_compensation(self) -> str:
+        """How the loss table's options are compensated: part of a profile's identity."""
+        return f"{self.compensate}, ridge {self.ridge}" if self.compensation_aware else "none"
 
     def __post_init__(self) -> None:
         if not 0 < self.ratio < 1:
@@ -37,10 +45,19 @@ class PruneConfig:
         for name in ("calib_samples", "profile_samples", "seq_len", "batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 1 <= self.screen_samples <= self.profile_samples:
+            raise ValueError(f"screen_samples must be between 1 and profile_samples ({self.profile_samples}), "
+                             f"got {self.screen_samples}")
         if self.profile_samples > self.calib_samples:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
         if self.compensate not in ("lsq", "bias", "none"):
             raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
+        if self.sequential and self.compensate == "none":
+            raise ValueError("sequential compensation re-fits layer by layer: set compensate to lsq or bias")
+        if self.compensation_aware and self.compensate == "none":
+            raise ValueError("compensation_aware measures options as compensated: set compensate to lsq or bias")
+        if self.compensation_aware and self.profiler == "fisher":
+            raise ValueError("the compensation-aware table is measured by replays: use the auto or exact profiler")
         if self.profiler not in ("exact", "fisher", "auto"):
             raise ValueError(f"profiler must be auto, exact or fisher, got {self.profiler!r}")
         if self.auto_margin < 0:

@@ -34,9 +34,12 @@ from gapprune.models.streaming import is_streamed
 from gapprune.profiling import build_loss_table
 from gapprune.profiling.auto import auto_table
 from gapprune.profiling.batched import (
+    Compensated,
+    Compensation,
     Entries,
     Measured,
     build_loss_table_batched,
+    dense_base,
     dense_head_reference,
     measure_entries,
 )
@@ -44,16 +47,17 @@ from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.layer_major import build_loss_table_layer_major
-from gapprune.profiling.loss_table import option_grid
+from gapprune.profiling.loss_table import calibration_tokens, option_grid
 from gapprune.prune import Plan, default_channel_step, make_plan
-from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
+from gapprune.prune.sequential import prune_sequentially_
+from gapprune.prune.compensate import GramStats, compensated_projection, gram_hooks, prune_and_compensate_
 
 log = logging.getLogger(__name__)
 
 PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
 # Settings that decide a profile's numbers; a saved profile is reused only when they match.
 PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples",
-                    "seq_len", "seed", "channel_step")
+                    "seq_len", "seed", "channel_step", "table_compensation")
 # How the table is measured: part of a checkpoint's key, not of a profile's identity (any table of the same
 # model, data and settings can be reused; `auto` completes an estimated one where a plan needs it).
 TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
@@ -84,7 +88,8 @@ class Calibration:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
         settings = {name: getattr(config, name) for name in names}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
-                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
+                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters()),
+                 "profile_tokens": calibration_tokens(self.profile_inputs)}
         scores = json.dumps(self.scores.to_dict()).encode()
         return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
 
@@ -163,7 +168,8 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
     adapter = get_adapter(model)
     timings = dict(timings or {})
     stats = CalibrationStats()
-    grams = GramStats() if (config.compensate != "none" if gram is None else gram) else None
+    wants_gram = config.compensate != "none" or config.criterion == "obs" or config.compensation_aware
+    grams = GramStats() if (wants_gram if gram is None else gram) else None
     stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
 
     def hooks() -> list[torch.utils.hooks.RemovableHandle]:
@@ -173,8 +179,8 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
         inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
     with timed(timings, "importance"):
         grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
-        scores = score_units(ScoringContext(adapter, stats, grads), config.criterion)
-    profile_inputs = inputs.prefix(-(-config.profile_samples // config.batch_size))
+        scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
+    profile_inputs = inputs.first(config.profile_samples)
     return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
 
 
@@ -199,12 +205,17 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     step = step_of(adapter, config)
     if not needs_loss_table(config):
         return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
-    if config.profiler in ("fisher", "auto"):
-        estimate = build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
-                                           batch_size=config.batch_size, seed=config.seed)
-        if config.profiler == "fisher" or not complete:
-            return estimate
-        return complete_table(calibration, estimate, config, total)
+    if config.profiler == "fisher":
+        return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
+                                       batch_size=config.batch_size, seed=config.seed)
+    if config.compensation_aware and is_streamed(adapter.model):
+        raise ValueError("the compensation-aware table is not measured on a streamed model; drop "
+                         "--compensation-aware or load the model in memory (--offload off)")
+    if config.profiler == "auto" and not is_streamed(adapter.model):
+        estimate = screen_table(calibration, config)
+        return complete_table(calibration, estimate, config, total) if complete else estimate
+    if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
+        log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
     key = calibration.fingerprint(config, TABLE_SETTINGS)
     checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
     done = checkpoint.load()
@@ -213,18 +224,55 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     layers = shard_layers(adapter.n_layers)  # this rank's start layers: all of them outside torchrun
     # a streamed model reads each layer once: traverse the decoder once instead of once per start layer
     build = build_loss_table_layer_major if is_streamed(adapter.model) else build_loss_table_batched
+    extra = {"compensation": table_compensation(calibration, config)} if config.compensation_aware else {}
     table = build(adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
-                  mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=checkpoint.save)
+                  mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=checkpoint.save, **extra)
     table = gather_table(table, layers)
     checkpoint.clear()
+    return table
+
+
+def table_compensation(calibration: Calibration, config: PruneConfig) -> Compensation | None:
+    """With `compensation_aware`, each option's output projection as `compensate` will leave it."""
+    if not config.compensation_aware:
+        return None
+    if calibration.gram is None:
+        raise ValueError("the compensation-aware table needs the Gram statistics of the calibration pass")
+    adapter, gram = calibration.adapter, calibration.gram
+
+    def compensated(layer: int, component: str, kept: list[int]) -> Compensated | None:
+        return compensated_projection(adapter, layer, component, kept, gram, config.compensate, config.ridge)
+
+    return compensated
+
+
+def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
+    """The auto profiler's estimate: the exact metric on the first `screen_samples` profiling windows.
+
+    Same replays, same metric, same option grid as the exact table, on a fraction of its tokens
+    (128 of 1,024 by default: ~9% of its time), so it is valid wherever the exact table is (unlike
+    a second-order estimate, which misses e.g. Gemma's whole-sub-block options). No entry is exact.
+    """
+    adapter = calibration.adapter
+    layers = shard_layers(adapter.n_layers)
+    table = build_loss_table_batched(adapter, calibration.profile_inputs.first(config.screen_samples),
+                                     calibration.scores, metric=config.metric, channel_step=step_of(adapter, config),
+                                     mlp_stride=config.mlp_stride, layers=layers,
+                                     desc=f"auto: screening ({config.screen_samples} window(s))",
+                                     compensation=table_compensation(calibration, config))
+    table = gather_table(table, layers)
+    assert table.exact is not None
+    for c in table.exact:
+        table.exact[c][:] = False
+    table.meta["profiler"] = "screen"
     return table
 
 
 def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int) -> LossTable:
     """Measure exactly the entries of `table` that can change the GAP plan at `config.ratio` (`auto`).
 
-    Starts from the estimates in `table` (Fisher, or a table completed for another ratio, whose
-    exact entries are kept) and measures, on the exact profiler's option grid, every entry that a
+    Starts from the estimates in `table` (the screen, Fisher, or a table completed for another ratio,
+    whose exact entries are kept) and measures, on the exact profiler's option grid, every entry that a
     margin test says could beat a pick, until every pick is exact and no estimate can beat it.
     """
     if not table.measured:
@@ -235,11 +283,13 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     budget = budget_params(total_params, config.ratio)
 
     reference = dense_head_reference(adapter, inputs, config.metric, device)
-    bases: dict[int, float] = {}  # each layer's dense replay, measured once across rounds
+    base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
+    compensation = table_compensation(calibration, config)
 
     def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
         return measure_entries(adapter, inputs, scores, table.options, entries, metric=config.metric,
-                               reference=reference, bases=bases, desc="auto: exact replays this round")
+                               reference=reference, base=base, desc="auto: exact replays this round",
+                               compensation=compensation)
 
     def solve(working: LossTable) -> dict[str, list[int]]:
         return ALLOCATORS.get("gap")(working, None, budget).choice
@@ -318,6 +368,10 @@ def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Al
 
 
 def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
-                 ridge: float = 1.0) -> dict[str, Any]:
-    """Apply a plan to a dense model in place (physical removal), then optionally compensate."""
+                 ridge: float = 1.0, sequential_inputs: LayerInputs | None = None) -> dict[str, Any]:
+    """Apply a plan to a dense model in place (physical removal), then optionally compensate: on the
+    dense inputs' Grams, or with `sequential_inputs` (the calibration's layer inputs) layer by layer
+    on the inputs the already-pruned layers produce."""
+    if sequential_inputs is not None:
+        return prune_sequentially_(get_adapter(model), plan, sequential_inputs, compensate, ridge)
     return prune_and_compensate_(get_adapter(model), plan, compensate, gram, ridge)

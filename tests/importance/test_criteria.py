@@ -6,14 +6,17 @@ import torch
 from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
+from gapprune.prune.compensate import GramStats, gram_hooks
 
 
 def _context(model, ids, criterion):
     adapter = get_adapter(model)
-    stats = CalibrationStats()
-    capture_layer_inputs(adapter, ids, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    stats, grams = CalibrationStats(), GramStats() if criterion == "obs" else None
+    hooks, gram = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
+    capture_layer_inputs(adapter, ids, batch_size=2, progress=False,
+                         extra_hooks=lambda: hooks() + (gram() if gram is not None else []))
     grads = accumulate_gradients(adapter, ids, batch_size=2, progress=False) if criterion == "taylor" else {}
-    return ScoringContext(adapter, stats, grads)
+    return ScoringContext(adapter, stats, grads, grams)
 
 
 @pytest.mark.parametrize("criterion", CRITERIA.names())

@@ -26,7 +26,8 @@ def exact_run(ids):
 
 @pytest.mark.parametrize("ratio", [0.1, 0.2, 0.3, 0.4])
 def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, tmp_path):
-    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio)
+    # a margin wide enough for a one-window screen of this random model; SmolLM2 needs 0.1 (docs/performance.md)
+    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio, auto_margin=1.0)
     auto = profile_model(exact_run.calibration, config, tmp_path).table
     budget = budget_params(exact_run.profile.total_params, ratio)
     gap = ALLOCATORS.get("gap")

@@ -23,6 +23,9 @@ def prune_args(folder: Path, text: Path, out: Path, *extra: str) -> list[str]:
             "1", "--no-plots", *extra]
 
 
+EXACT = ("--profiler", "exact")
+
+
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
@@ -102,17 +105,18 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_killed_profile_resumes_and_ends_with_the_same_plan(tiny_model_folder, tmp_path, cache):
+    """The exact table checkpoints each layer (the auto profiler's screen and rounds are minutes, not hours)."""
     folder, text = tiny_model_folder
-    assert main(prune_args(folder, text, tmp_path / "whole")) == 0
+    assert main(prune_args(folder, text, tmp_path / "whole", *EXACT)) == 0
     killed = tmp_path / "killed"
     env = {**os.environ, "KILL_AFTER": "2", "GAPPRUNE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
-    run = subprocess.run([sys.executable, "-c", KILL_AFTER_LAYERS, *prune_args(folder, text, killed)], env=env,
+    run = subprocess.run([sys.executable, "-c", KILL_AFTER_LAYERS, *prune_args(folder, text, killed, *EXACT)], env=env,
                          capture_output=True, text=True)
     assert run.returncode == -9, run.stderr[-2000:]
     assert not killed.exists()  # no half-written output folder
     rows = list(cache.glob("tables/*/layer_*.json"))
     assert len(rows) == 2  # two of four layers were measured before the kill
-    assert main(prune_args(folder, text, killed)) == 0
+    assert main(prune_args(folder, text, killed, *EXACT)) == 0
     table = json.loads((killed / "loss_table.json").read_text())
     assert table["meta"]["resumed_layers"] == sorted(int(p.stem.split("_")[1]) for p in rows)
     assert (killed / "plan.json").read_bytes() == (tmp_path / "whole" / "plan.json").read_bytes()

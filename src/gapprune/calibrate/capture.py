@@ -51,9 +51,42 @@ class LayerInputs:
             input_ids=self.input_ids[:n_batches],
         )
 
+    def first(self, n_samples: int) -> LayerInputs:
+        """The first `n_samples` calibration windows, cutting the last batch they reach if needed
+        (the loss table is measured on such a prefix; fewer windows than one batch screen cheaply)."""
+        hidden: list[list[torch.Tensor]] = [[] for _ in self.hidden]
+        kwargs: list[list[dict[str, Any]]] = [[] for _ in self.kwargs]
+        final, ids = [], []
+        left = n_samples
+        for b, h in enumerate(self.final_hidden):
+            if left <= 0:
+                break
+            take, size = min(left, int(h.shape[0])), int(h.shape[0])
+            for layer in range(self.n_layers):
+                hidden[layer].append(self.hidden[layer][b][:take])
+                kwargs[layer].append(_first_rows(self.kwargs[layer][b], size, take))
+            final.append(h[:take])
+            if self.input_ids:
+                ids.append(self.input_ids[b][:take])
+            left -= take
+        return LayerInputs(hidden=hidden, kwargs=kwargs, final_hidden=final, input_ids=ids)
+
     def layer_output(self, layer: int, batch: int) -> torch.Tensor:
         """The dense output of `layer` = the input of the next layer (or of the final norm)."""
         return self.hidden[layer + 1][batch] if layer + 1 < self.n_layers else self.final_hidden[batch]
+
+
+def _first_rows(kwargs: dict[str, Any], batch: int, take: int) -> dict[str, Any]:
+    """Per-sample tensors (leading dim == batch > 1) cut to their first `take` rows; broadcast ones stay."""
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[0] == batch and batch > 1:
+            return value[:take]
+        if isinstance(value, tuple):
+            return tuple(cut(v) for v in value)
+        return value
+
+    return {k: cut(v) for k, v in kwargs.items()} if take < batch else kwargs
 
 
 def _to(value: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -17,14 +17,19 @@ from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.registry import Registry
 from gapprune.values import JsonValue
 
+if TYPE_CHECKING:
+    from gapprune.prune.compensate import GramStats
+
 
 @dataclass
 class ScoringContext:
-    """What a criterion may read: the model, input statistics, and (for taylor) weight gradients."""
+    """What a criterion may read: the model, input statistics, (for taylor) weight gradients and (for
+    obs) the output projections' input Gram matrices."""
 
     adapter: ModelAdapter
     stats: CalibrationStats | None = None
     grads: dict[int, torch.Tensor] = field(default_factory=dict)  # id(weight) -> accumulated grad
+    grams: GramStats | None = None
 
 
 Criterion = Callable[[ScoringContext, int, str], torch.Tensor]

@@ -6,9 +6,9 @@ in depth), yet the DP picks one option per component and most options are far fr
 exactly only the entries that could change it:
 
 1. Working table. Exact entries as measured; screened entries (the exact metric on a short token
-   prefix) as screened; the remaining estimates rescaled per row by the measured exact/estimate
-   ratio, interpolated in log space between that row's measured options (a row with none uses the
-   median ratio of its component), so one exact entry corrects its whole neighbourhood.
+   prefix) and the remaining estimates each rescaled per row by the measured exact/screened or
+   exact/estimate ratio, interpolated in log space between that row's measured options (a row with
+   none uses the median ratio of its component), so one exact entry corrects its whole neighbourhood.
 2. Plan. `solve(working)`, and the Lagrange multiplier λ at which the relaxed problem (each row
    alone minimises ΔL − λ·removed) removes as much as the plan does.
 3. Margin test. Option k of a row is a candidate when, with its value lowered by its uncertainty
@@ -94,7 +94,7 @@ def auto_table(
     table = estimate.copy()
     assert table.exact is not None
     state = _State.start(table, columns)
-    total = sum(table.loss[c][:, 1:].size for c in COMPONENTS)
+    total = sum(table.n_layers * int(state.columns[c][1:].sum()) for c in COMPONENTS)  # the measurable grid
     bar = tqdm(total=total, desc="auto ΔL", unit="entry", disable=not progress)
     bar.update(state.n_exact())
     history: list[dict[str, Any]] = []
@@ -225,9 +225,10 @@ class _State:
         out = table.copy()
         assert out.exact is not None
         for c in COMPONENTS:
-            rescaled = self._rescaled(c)
             lvl = self.level[c]
-            out.loss[c] = np.where(lvl == EXACT, self.exact[c], np.where(lvl == SCREENED, self.screened[c], rescaled))
+            out.loss[c] = np.where(lvl == EXACT, self.exact[c],
+                                   np.where(lvl == SCREENED, self._rescaled(c, self.screened[c]),
+                                            self._rescaled(c, self.estimate[c])))
             out.exact[c] = lvl == EXACT
             cols = np.flatnonzero(self.columns[c])
             if cols.size < self.columns[c].size:
@@ -237,10 +238,11 @@ class _State:
                     out.loss[c][layer, between] = np.interp(removed[between], removed[cols], out.loss[c][layer, cols])
         return out
 
-    def _rescaled(self, c: str) -> np.ndarray:
-        """Estimates times the exact/estimate ratio, interpolated along each row in log space."""
-        est = np.maximum(np.nan_to_num(self.estimate[c], nan=_FLOOR), _FLOOR)
-        known = (self.level[c] == EXACT) & ~np.isnan(self.estimate[c]) & (self.exact[c] > _FLOOR)
+    def _rescaled(self, c: str, source: np.ndarray) -> np.ndarray:
+        """`source` (estimates or screened values) times the exact/source ratio, interpolated along
+        each row in log space between the row's exact entries that also have a source value."""
+        est = np.maximum(np.nan_to_num(source, nan=_FLOOR), _FLOOR)
+        known = (self.level[c] == EXACT) & ~np.isnan(source) & (self.exact[c] > _FLOOR)
         known[:, 0] = False
         log_ratio = np.where(known, np.log(np.maximum(self.exact[c], _FLOOR) / est), 0.0)
         fallback = float(np.median(log_ratio[known])) if known.any() else 0.0

@@ -4,7 +4,7 @@ What changes against the reference (and nothing else, so the table agrees to flo
 * several options of one component run as one stacked batch: the cached input of layer l is
   repeated once per option and a pre-hook on the component's output projection multiplies each
   copy's input by that option's unit mask (equal to zeroing the weight columns, tested);
-* the layer's own dense replay (the ΔL base) rides along in the first stack;
+* the dense replay (the ΔL zero point) is measured once, from the last layer (`dense_base`);
 * the metric needs no vocabulary-sized dense reference and no full logits tensor (`head.py`):
   the LM head and logsumexp run in row chunks, the dense side is cached hidden-sized;
 * optionally the replay runs under bf16 autocast (`precision="bfloat16"`, for GPUs; check the
@@ -30,9 +30,6 @@ from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tok
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
 
-Job = tuple[str, int, list[int] | None]  # (component, option index, kept units); index -1 = the dense base
-
-
 def stack_kwargs(kwargs: dict[str, Any], batch: int, copies: int) -> dict[str, Any]:
     """Repeat every per-sample tensor (leading dim == batch) `copies` times; broadcast ones stay."""
 
@@ -46,9 +43,15 @@ def stack_kwargs(kwargs: dict[str, Any], batch: int, copies: int) -> dict[str, A
     return {k: expand(v) for k, v in kwargs.items()}
 
 
+Compensated = tuple[torch.Tensor, torch.Tensor]  # an output projection's full-width weight and bias
+Compensation = Callable[[int, str, list[int]], Compensated | None]  # (layer, component, kept units) -> refit
+
+
 @contextlib.contextmanager
-def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[list[int] | None]) -> Iterator[None]:
-    """While active, copy g of the stacked batch sees the component with only units kept[g] (None: all)."""
+def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[list[int] | None],
+                 compensated: list[Compensated | None] | None = None) -> Iterator[None]:
+    """While active, copy g of the stacked batch sees the component with only units kept[g] (None: all),
+    and, where compensated[g] is given, its output projection replaced by that weight and bias."""
     out = adapter.out_proj(layer, component)
     assert out is not None
     unit = adapter.unit_width(component)
@@ -71,9 +74,20 @@ def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[l
         stacked = output.view(copies, -1, *output.shape[1:])
         return (stacked - module.bias * emptied.view(copies, 1, 1, 1).to(output.dtype)).view_as(output)
 
+    def refit_output(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+        assert compensated is not None
+        x = args[0].view(copies, -1, args[0].shape[-1])  # already masked by the pre-hook
+        y = output.view(copies, -1, output.shape[-1]).clone()
+        for g, refit in enumerate(compensated):
+            if refit is not None:
+                y[g] = x[g] @ refit[0].T + refit[1]
+        return y.view_as(output)
+
     handles = [out.register_forward_pre_hook(pre_hook)]
     if out.bias is not None and bool(emptied.any()):
         handles.append(out.register_forward_hook(drop_bias))
+    if compensated is not None and any(refit is not None for refit in compensated):
+        handles.append(out.register_forward_hook(refit_output))
     try:
         yield
     finally:
@@ -109,15 +123,18 @@ def measure_entries(
     progress: bool = True,
     desc: str | None = None,
     on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
-    bases: dict[int, float] | None = None,
+    base: float | None = None,
+    compensation: Compensation | None = None,
 ) -> Measured:
-    """Exact ΔL of the listed options only, each against its layer's own dense replay.
+    """Exact ΔL of the listed options only, each against the model's own dense replay (`base`).
 
     Layers are visited in the order of `entries`; `on_layer(layer, values)` runs after each (a
     checkpoint hook). The model's current weights are the reference point: masks set by the caller
-    on other components (a plan) stay in place, so this also measures conditional ΔL. `bases`
-    caches each layer's dense replay across calls that measure the same model on the same inputs
-    (it is read when present, filled when not), so repeated calls replay it once.
+    on other components (a plan) stay in place, so this also measures conditional ΔL. `base` is
+    `dense_base(...)` of the same model, inputs and reference, measured here when not given (pass it
+    to calls that measure the same model on the same inputs, so it is replayed once). With
+    `compensation`, each option is replayed with its output projection compensated as it would be
+    saved (the compensation-aware table).
     """
     device = next(adapter.model.parameters()).device
     if reference is None:
@@ -129,35 +146,40 @@ def measure_entries(
     bar = tqdm(total=total, desc=desc or f"profile ΔL ({metric}, exact)", unit="opt", disable=not progress)
     measured: Measured = {}
     with _precision(device, precision):
+        if base is None:
+            base = dense_base(adapter, inputs, reference, metric, device, chunk_rows)
         for layer, per_component in entries.items():
-            values: dict[tuple[str, int], float] = {}
-            busy = [c for c in COMPONENTS if any(per_component.get(c, []))] or [COMPONENTS[0]]
-            if bases is not None and layer in bases:
-                values[("base", -1)] = bases[layer]
-            for component in busy:
+            row: dict[str, dict[int, float]] = {c: {0: 0.0} if 0 in per_component.get(c, []) else {} for c in COMPONENTS}
+            for component in COMPONENTS:
                 ks = [k for k in per_component.get(component, []) if k]
-                ride = component == busy[0] and ("base", -1) not in values  # the dense base rides along
-                jobs: list[Job] = [("base", -1, None)] if ride else []
-                jobs += [(component, k, kept_units(scores, adapter, layer, component, options[component][k])) for k in ks]
+                jobs = [(k, kept_units(scores, adapter, layer, component, options[component][k])) for k in ks]
                 for first in range(0, len(jobs), per_pass):
                     chunk = jobs[first : first + per_pass]
-                    sums = replay_stacked(adapter, inputs, layer, component, [kept for *_, kept in chunk], reference,
-                                           device, chunk_rows)
-                    for (name, k, _), total_sum in zip(chunk, sums.tolist(), strict=True):
-                        values[(name, k)] = total_sum / positions
-                    bar.update(sum(1 for name, *_ in chunk if name != "base"))
-            base = values[("base", -1)]
-            if bases is not None:
-                bases[layer] = base
-            row = {c: {0: 0.0} if 0 in per_component.get(c, []) else {} for c in COMPONENTS}
-            for (name, k), value in values.items():
-                if name != "base":
-                    row[name][k] = value - base
+                    refits = [compensation(layer, component, kept) for _, kept in chunk] if compensation else None
+                    sums = replay_stacked(adapter, inputs, layer, component, [kept for _, kept in chunk], reference,
+                                           device, chunk_rows, refits)
+                    for (k, _), total_sum in zip(chunk, sums.tolist(), strict=True):
+                        row[component][k] = total_sum / positions - base
+                    bar.update(len(chunk))
             measured[layer] = row
             if on_layer is not None:
                 on_layer(layer, row)
     bar.close()
     return measured
+
+
+@torch.inference_mode()
+def dense_base(adapter: ModelAdapter, inputs: LayerInputs, reference: HeadReference, metric: str,
+               device: torch.device, chunk_rows: int = 512) -> float:
+    """The metric of the model's own replay: the zero point every ΔL is measured against.
+
+    A replay of unchanged layers reproduces the cached final hidden states whatever layer it starts
+    from (the per-layer values agree to the last bit on SmolLM2), so one replay of the cheapest
+    start, the last layer, serves every layer.
+    """
+    positions = sum(METRICS.get(metric).positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
+    sums = replay_stacked(adapter, inputs, adapter.n_layers - 1, COMPONENTS[0], [None], reference, device, chunk_rows)
+    return float(sums[0]) / positions
 
 
 def dense_head_reference(adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
@@ -181,6 +203,8 @@ def build_loss_table_batched(
     done: Measured | None = None,
     on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
     progress: bool = True,
+    desc: str | None = None,
+    compensation: Compensation | None = None,
 ) -> LossTable:
     """ΔL for every option of every component of every layer, `max_rows` stacked tokens per pass.
 
@@ -203,11 +227,12 @@ def build_loss_table_batched(
 
     measured = measure_entries(adapter, inputs, scores, grid.options, todo, metric=metric, max_rows=max_rows,
                                chunk_rows=chunk_rows, precision=precision, progress=progress,
-                               desc=f"profile ΔL ({metric}, batched)", on_layer=timed) if todo else {}
+                               desc=desc or f"profile ΔL ({metric}, batched)", on_layer=timed,
+                               compensation=compensation) if todo else {}
     measured.update(done)
     batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
-            "mlp_stride": mlp_stride, "measured": True, "precision": precision,
+            "mlp_stride": mlp_stride, "measured": True, "precision": precision, "compensated": compensation is not None,
             "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
             "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
     return table_from_rows(adapter, grid, measured, scores.criterion, metric, meta)
@@ -227,7 +252,8 @@ def table_from_rows(adapter: ModelAdapter, grid: OptionGrid, measured: Measured,
 
 
 def replay_stacked(adapter: ModelAdapter, inputs: LayerInputs, start: int, component: str,
-                    kept: list[list[int] | None], reference: Any, device: torch.device, chunk_rows: int) -> np.ndarray:
+                    kept: list[list[int] | None], reference: Any, device: torch.device, chunk_rows: int,
+                    compensated: list[Compensated | None] | None = None) -> np.ndarray:
     """Summed metric of each option (copy) over all calibration batches, layers start...L replayed."""
     copies = len(kept)
     sums = torch.zeros(copies, dtype=torch.float64, device=device)
@@ -239,8 +265,8 @@ def replay_stacked(adapter: ModelAdapter, inputs: LayerInputs, start: int, compo
         hidden = hidden.repeat(copies, 1, 1)
         for layer in range(start, adapter.n_layers):
             kwargs = move_kwargs(stack_kwargs(inputs.kwargs[layer][b], batch, copies), device)
-            if layer == start:
-                with option_masks(adapter, layer, component, kept):
+            if layer == start and any(units is not None for units in kept):
+                with option_masks(adapter, layer, component, kept, compensated):
                     hidden = run_layer(adapter.layers[layer], hidden, kwargs)
             else:
                 hidden = run_layer(adapter.layers[layer], hidden, kwargs)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.prune.plan import Plan, apply_plan_, check_layers, prune_layer_
+from gapprune.prune.plan import Plan, apply_plan_, check_layers
 
 log = logging.getLogger(__name__)
 COMPENSATIONS = ("lsq", "bias", "none")
@@ -44,32 +44,35 @@ class GramStats:
         return self.sums[key][0] / max(self.counts[key][0], 1)
 
 
+def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats) -> torch.utils.hooks.RemovableHandle:
+    """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out."""
+    n = linear.in_features
+    into.fit[key] = torch.zeros(n, n)
+    into.held_out[key] = torch.zeros(n, n)
+    into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
+    into.counts[key], into.batches[key] = [0, 0], 0
+
+    def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+        x = args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()  # (tokens, n_in)
+        half = into.batches[key] % 2
+        (into.held_out if half else into.fit)[key] += x.T @ x
+        into.sums[key][half] += x.double().sum(0)
+        into.counts[key][half] += x.shape[0]
+        into.batches[key] += 1
+
+    return linear.register_forward_pre_hook(hook)
+
+
 def gram_hooks(adapter: ModelAdapter, into: GramStats) -> Callable[[], list[torch.utils.hooks.RemovableHandle]]:
-    """Hook installer for `capture_layer_inputs(extra_hooks=...)`: even batches fit, odd ones hold out."""
+    """Hook installer for `capture_layer_inputs(extra_hooks=...)`: every output projection's input Gram."""
 
     def install() -> list[torch.utils.hooks.RemovableHandle]:
         handles = []
         for layer in range(adapter.n_layers):
             for component in COMPONENTS:
                 out = adapter.out_proj(layer, component)
-                if out is None:
-                    continue
-                key = (layer, component)
-                n = out.in_features
-                into.fit[key] = torch.zeros(n, n)
-                into.held_out[key] = torch.zeros(n, n)
-                into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
-                into.counts[key], into.batches[key] = [0, 0], 0
-
-                def hook(module: nn.Module, args: tuple[Any, ...], key: tuple[int, str] = key) -> None:
-                    x = args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()  # (tokens, n_in)
-                    half = into.batches[key] % 2
-                    (into.held_out if half else into.fit)[key] += x.T @ x
-                    into.sums[key][half] += x.double().sum(0)
-                    into.counts[key][half] += x.shape[0]
-                    into.batches[key] += 1
-
-                handles.append(out.register_forward_pre_hook(hook))
+                if out is not None:
+                    handles.append(gram_hook(out, (layer, component), into))
         return handles
 
     return install
@@ -111,6 +114,42 @@ def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: torch.Tensor, tot
     return float(((d @ gram.double()) * d).sum() - 2 * b @ (d @ total) + n * (b @ b))
 
 
+@dataclass
+class Refit:
+    """A compensated output projection: the kept columns, the bias to add, and the held-out errors
+    (Σ||Δy||² of plain removal and of the refit); `better` says whether the refit is kept."""
+
+    weight: torch.Tensor  # (out, |kept|)
+    shift: torch.Tensor  # (out,)
+    before: float
+    after: float
+
+    @property
+    def better(self) -> bool:
+        return self.after < self.before
+
+
+def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int, str], method: str,
+          ridge: float = 1.0) -> Refit:
+    """The `lsq` or `bias` compensation of a projection that keeps the dense input columns `cols`."""
+    kept = torch.tensor(cols, dtype=torch.long)
+    plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
+    before = reconstruction_error(dense, plain, stats.held_out[key])
+    if method == "lsq":
+        weight, shift = lsq_affine(dense, stats, key, kept, ridge)
+        padded = torch.zeros_like(dense).index_copy_(1, kept, weight)
+        after = affine_error(dense - padded, shift, stats.held_out[key], stats.sums[key][1], stats.counts[key][1])
+        return Refit(weight, shift, before, after)
+    if method == "bias":  # the removed channels' mean contribution, fitted on one half, checked on the other
+        removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)), dtype=torch.long)
+        w_removed = dense.double()[:, removed]  # (out, |R|)
+        shift = w_removed @ stats.fit_mean(key)[removed]  # (out,)
+        held_sum = w_removed @ stats.sums[key][1][removed]  # Σ over held-out tokens of W_R x_R
+        after = before - 2 * float(shift @ held_sum) + stats.counts[key][1] * float(shift @ shift)
+        return Refit(dense[:, kept], shift.to(dense.dtype), before, after)
+    raise ValueError(f"unknown compensation {method!r}; choose from lsq, bias")
+
+
 def compensate_(
     adapter: ModelAdapter, dense_out: dict[tuple[int, str], torch.Tensor], kept_columns: dict[tuple[int, str], list[int]],
     stats: GramStats, method: str, ridge: float = 1.0,
@@ -119,10 +158,11 @@ def compensate_(
 
     dense_out: the dense output-projection weights (out, n_in) before surgery;
     kept_columns: the dense column ids each pruned projection kept, in order.
+    Neither method may make things worse: a refit whose held-out error rises is not applied.
     """
     if method not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {method!r}; choose from {', '.join(COMPENSATIONS)}")
-    summary: dict[str, Any] = {"method": method, "applied": 0, "kept_original": 0, "error_reduction": []}
+    summary = new_summary(method)
     if method == "none":
         return summary
     for (layer, component), cols in kept_columns.items():
@@ -130,32 +170,15 @@ def compensate_(
         dense = dense_out[(layer, component)]
         if out is None or len(cols) == dense.shape[1]:
             continue  # removed entirely (nothing to fit) or nothing removed
-        key = (layer, component)
-        kept = torch.tensor(cols)
-        padded = lambda w: torch.zeros_like(dense).index_copy_(1, kept, w)
-        before = reconstruction_error(dense, padded(out.weight.data), stats.held_out[key])
-        if method == "lsq":
-            new_weight, shift = lsq_affine(dense, stats, key, kept, ridge)
-            after = affine_error(dense - padded(new_weight), shift, stats.held_out[key], stats.sums[key][1],
-                                 stats.counts[key][1])
-            if after < before:
-                out.weight.data.copy_(new_weight)
-                add_bias_(out, shift)
-            else:
-                log.info("layer %d %s: lsq would raise held-out error (%.4g -> %.4g); kept original", layer, component,
-                         before, after)
-        else:  # bias: the removed channels' mean contribution, fitted on one half, checked on the other
-            removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)))
-            w_removed = dense.double()[:, removed]  # (out, |R|)
-            shift = w_removed @ stats.fit_mean(key)[removed]  # (out,)
-            held_sum = w_removed @ stats.sums[key][1][removed]  # Σ over held-out tokens of W_R x_R
-            after = before - 2 * float(shift @ held_sum) + stats.counts[key][1] * float(shift @ shift)
-            if after < before:
-                add_bias_(out, shift.to(dense.dtype))
-        if after < before:
+        fit = refit(dense, cols, stats, (layer, component), method, ridge)
+        if fit.better:
+            out.weight.data.copy_(fit.weight)
+            add_bias_(out, fit.shift)
             summary["applied"] += 1
-            summary["error_reduction"].append(round(1 - after / before, 4) if before else 0.0)
+            summary["error_reduction"].append(round(1 - fit.after / fit.before, 4) if fit.before else 0.0)
         else:
+            log.info("layer %d %s: %s would raise held-out error (%.4g -> %.4g); kept original", layer, component,
+                     method, fit.before, fit.after)
             summary["kept_original"] += 1
     return summary
 
@@ -169,12 +192,7 @@ def add_bias_(linear: nn.Linear, shift: torch.Tensor) -> None:
 
 def prune_and_compensate_(adapter: ModelAdapter, plan: Plan, method: str = "none", stats: GramStats | None = None,
                           ridge: float = 1.0) -> dict[str, Any]:
-    """Apply `plan` physically, then re-fit the pruned output projections by `method`.
-
-    Keeps the bookkeeping compensation needs: the dense output-projection weights from before the
-    surgery and, per component, the dense input columns that survive it (a kept head owns
-    `unit_width` consecutive columns).
-    """
+    """Apply `plan` physically, then re-fit the pruned output projections by `method` (dense-input Grams)."""
     if method not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {method!r}; choose from {', '.join(COMPENSATIONS)}")
     if method == "none":
@@ -183,21 +201,65 @@ def prune_and_compensate_(adapter: ModelAdapter, plan: Plan, method: str = "none
     if stats is None:
         raise ValueError("compensation needs the Gram statistics of the calibration pass (gram_hooks)")
     check_layers(adapter, plan)
-    summary: dict[str, Any] = {"method": method, "applied": 0, "kept_original": 0, "error_reduction": []}
+    summary = new_summary(method)
     for lp in plan.layers:  # a layer at a time: only its dense output projections are copied (a streamed model)
-        dense_out = {}
         for c in COMPONENTS:
-            out = adapter.out_proj(lp.layer, c)
-            if out is not None:
-                dense_out[(lp.layer, c)] = out.weight.data.clone()
-        kept: dict[tuple[int, str], list[int]] = {}
-        for c in COMPONENTS:
-            width = adapter.unit_width(c)
-            kept[(lp.layer, c)] = [u * width + d for u in lp.component(c).kept for d in range(width)]
-        prune_layer_(adapter, lp)
-        part = compensate_(adapter, dense_out, kept, stats, method, ridge)
-        summary["applied"] += part["applied"]
-        summary["kept_original"] += part["kept_original"]
-        summary["error_reduction"] += part["error_reduction"]
+            add_summary(summary, prune_component_and_compensate_(adapter, lp.layer, c, lp.component(c).kept, stats,
+                                                                 method, ridge))
     adapter.record_shapes_()  # the new shapes, and the biases compensation may have added
     return summary
+
+
+def new_summary(method: str) -> dict[str, Any]:
+    return {"method": method, "applied": 0, "kept_original": 0, "error_reduction": []}
+
+
+def add_summary(summary: dict[str, Any], part: dict[str, Any]) -> None:
+    for name in ("applied", "kept_original", "error_reduction"):
+        summary[name] += part[name]
+
+
+def prune_component_and_compensate_(adapter: ModelAdapter, layer: int, component: str, kept_units: list[int],
+                                    stats: GramStats, method: str, ridge: float = 1.0) -> dict[str, Any]:
+    """Remove one component's units that `kept_units` does not list, then re-fit its output projection.
+
+    Keeps the bookkeeping compensation needs: the dense output-projection weight from before the
+    surgery and the dense input columns that survive it (a kept head owns `unit_width` consecutive
+    columns). Nothing removed: nothing changes.
+    """
+    out = adapter.out_proj(layer, component)
+    if out is None:
+        return new_summary(method)
+    width = adapter.unit_width(component)
+    if len(kept_units) * width == out.in_features:
+        return new_summary(method)
+    dense_out = {(layer, component): out.weight.data.clone()}
+    kept = {(layer, component): [u * width + d for u in kept_units for d in range(width)]}
+    if component == "attn":
+        adapter.prune_attention_(layer, kept_units)
+    else:
+        adapter.prune_mlp_(layer, kept_units)
+    return compensate_(adapter, dense_out, kept, stats, method, ridge)
+
+
+def compensated_projection(adapter: ModelAdapter, layer: int, component: str, kept_units: list[int], stats: GramStats,
+                           method: str, ridge: float = 1.0) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What the output projection of `component` becomes when only `kept_units` stay and it is then
+    compensated as `compensate_` would: a full-width weight (zeros in removed columns) and the whole
+    bias; None when nothing would be compensated (nothing or everything removed, or a refit that
+    raises the held-out error). The model is not changed: the compensation-aware loss table replays it.
+    """
+    out = adapter.out_proj(layer, component)
+    assert out is not None
+    width = adapter.unit_width(component)
+    cols = [u * width + d for u in kept_units for d in range(width)]
+    if method == "none" or not cols or len(cols) == out.in_features:
+        return None
+    dense = out.weight.data
+    fit = refit(dense, cols, stats, (layer, component), method, ridge)
+    if not fit.better:
+        return None
+    weight = torch.zeros_like(dense).index_copy_(1, torch.tensor(cols, device=dense.device),
+                                                 fit.weight.to(dense.device, dense.dtype))
+    bias = fit.shift.to(dense.device, dense.dtype) + (out.bias.data if out.bias is not None else 0)
+    return weight, bias

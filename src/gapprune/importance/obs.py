@@ -1,0 +1,84 @@
+"""Structured optimal brain surgeon (`obs`): units chosen together with the update of the kept ones.
+
+ZipLM and SlimGPT choose which heads or channels go from the output projection's input Hessian
+H = XᵀX: removing the columns S of W and re-fitting the rest optimally adds the output error
+
+    E(S) = tr(W_S (H⁻¹_SS)⁻¹ W_Sᵀ)          (W_S: the columns of S, H⁻¹_SS: that block of H⁻¹)
+
+and changes the kept columns by −W_S (H⁻¹_SS)⁻¹ H⁻¹_S,: (the least-squares re-fit, which `lsq`
+compensation then applies with its ridge and bias). A first-order criterion ranks units alone;
+OBS ranks them greedily *given the units already gone and the update so far*: at each step the
+units of least E go, W and H⁻¹ are updated, and the errors are recomputed. The removal order is the
+score (first removed = lowest), so every option's "keep the top k" is the greedy OBS set.
+
+Heads go one at a time (a head is `head_dim` columns); MLP channels in blocks of 1/64 of the width
+(batched greedy, as SlimGPT), so a layer costs a few dozen rank-k updates of H⁻¹.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gapprune.importance.base import CRITERIA, ScoringContext
+
+DAMP = 0.01  # H + DAMP · mean(diag H) · I, as SparseGPT: keeps H⁻¹ finite for dead or collinear columns
+CHANNEL_BLOCKS = 64  # MLP channels leave in this many greedy blocks
+
+
+def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int, alive: torch.Tensor) -> torch.Tensor:
+    """E(u) = tr(W_u (H⁻¹_uu)⁻¹ W_uᵀ) of every unit u (`width` consecutive columns); inf for units gone."""
+    n_units = weight.shape[1] // width
+    blocks = hinv.view(n_units, width, n_units, width).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (units, w, w)
+    w = weight.view(weight.shape[0], n_units, width).transpose(0, 1)  # (units, out, w)
+    safe = torch.where(alive.view(-1, 1, 1), blocks, torch.eye(width, dtype=blocks.dtype).expand_as(blocks))
+    solved = torch.linalg.solve(safe, w.transpose(1, 2))  # (units, w, out) = (H⁻¹_uu)⁻¹ W_uᵀ
+    errors = (w.transpose(1, 2) * solved).sum((1, 2))
+    return torch.where(alive, errors, torch.full_like(errors, float("inf")))
+
+
+def remove_columns_(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tensor) -> None:
+    """The OBS step for the columns S, in place: W −= W_S (H⁻¹_SS)⁻¹ H⁻¹_S,: and H⁻¹ −= H⁻¹_:,S (H⁻¹_SS)⁻¹ H⁻¹_S,:
+    (H⁻¹ of the remaining columns; the rows and columns of S become 0)."""
+    block_inv = torch.linalg.inv(hinv[columns][:, columns])
+    rows = hinv[columns]  # (|S|, n)
+    weight -= weight[:, columns] @ block_inv @ rows
+    hinv -= rows.T @ block_inv @ rows
+    weight[:, columns] = 0
+    hinv[columns] = 0
+    hinv[:, columns] = 0
+
+
+def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: int = 1) -> list[int]:
+    """Units (of `width` columns) in greedy OBS removal order, `per_step` of least error at a time."""
+    w = weight.detach().double().cpu().clone()
+    h = gram.double().cpu()
+    h = h + DAMP * float(h.diagonal().mean()) * torch.eye(h.shape[0], dtype=h.dtype) + 1e-12 * torch.eye(h.shape[0])
+    hinv = torch.linalg.inv(h)
+    n_units = w.shape[1] // width
+    alive = torch.ones(n_units, dtype=torch.bool)
+    order: list[int] = []
+    while len(order) < n_units:
+        errors = removal_errors(w, hinv, width, alive)
+        take = errors.argsort()[: min(per_step, n_units - len(order))]
+        order += take.tolist()
+        alive[take] = False
+        columns = (take.view(-1, 1) * width + torch.arange(width)).flatten()
+        remove_columns_(w, hinv, columns)
+    return order
+
+
+@CRITERIA.register("obs")
+def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
+    """Greedy structured OBS on the output projection: a unit's score is the step at which it would go."""
+    if context.grams is None:
+        raise ValueError("criterion 'obs' needs the Gram statistics of the calibration pass")
+    out = context.adapter.out_proj(layer, component)
+    assert out is not None
+    key = (layer, component)
+    gram = context.grams.fit[key] + context.grams.held_out[key]  # every calibration token
+    width = context.adapter.unit_width(component)
+    n_units = out.in_features // width
+    per_step = 1 if component == "attn" else max(1, n_units // CHANNEL_BLOCKS)
+    scores = torch.empty(n_units, dtype=torch.float64)
+    scores[obs_order(out.weight, gram, width, per_step)] = torch.arange(n_units, dtype=torch.float64)
+    return scores

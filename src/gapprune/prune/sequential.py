@@ -1,0 +1,66 @@
+"""Sequential compensation: each layer re-fitted on the inputs the already-pruned layers produce.
+
+The default re-fits every output projection on the dense model's inputs, yet once the earlier
+layers are pruned a layer never sees those inputs again. Here the layers are pruned in order
+(SparseGPT, SlimGPT): the calibration windows run through the pruned and compensated layers
+0..l−1, layer l's attention Gram is taken on that input, the attention is pruned and re-fitted,
+the MLP Gram is taken with the new attention in place, the MLP is pruned and re-fitted, and the
+layer's output feeds layer l+1. The fit target is the layer's own dense weights on the new input,
+so with nothing removed nothing changes. Cost: about three forward passes of the calibration set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.prune.compensate import (
+    COMPENSATIONS,
+    GramStats,
+    add_summary,
+    gram_hook,
+    new_summary,
+    prune_component_and_compensate_,
+)
+from gapprune.prune.plan import Plan, check_layers
+
+
+@torch.no_grad()
+def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, method: str = "lsq",
+                        ridge: float = 1.0) -> dict[str, Any]:
+    """Apply `plan` layer by layer, compensating each component on the pruned model's own inputs.
+
+    inputs: the calibration pass's cached layer inputs (`Calibration.inputs`): layer 0's hidden
+    states and every layer's keyword arguments (masks, positions) per batch.
+    """
+    if method not in COMPENSATIONS or method == "none":
+        raise ValueError(f"sequential compensation re-fits with lsq or bias, got compensate={method!r}")
+    check_layers(adapter, plan)
+    device = next(adapter.model.parameters()).device
+    hidden = list(inputs.hidden[0])
+    summary = {**new_summary(method), "sequential": True}
+
+    def run(layer: int) -> list[torch.Tensor]:
+        block = adapter.layers[layer]
+        return [run_layer(block, h.to(device), move_kwargs(inputs.kwargs[layer][b], device)).cpu()
+                for b, h in enumerate(hidden)]
+
+    for lp in plan.layers:
+        for c in COMPONENTS:
+            out = adapter.out_proj(lp.layer, c)
+            kept = lp.component(c).kept
+            if out is None or len(kept) * adapter.unit_width(c) == out.in_features:
+                continue
+            stats = GramStats()
+            handle = gram_hook(out, (lp.layer, c), stats)
+            try:
+                run(lp.layer)
+            finally:
+                handle.remove()
+            add_summary(summary, prune_component_and_compensate_(adapter, lp.layer, c, kept, stats, method, ridge))
+        hidden = run(lp.layer)
+    adapter.record_shapes_()
+    return summary

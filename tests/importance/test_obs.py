@@ -1,0 +1,75 @@
+"""Structured OBS (`--criterion obs`): the removal error and update are the exact least-squares ones."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from gapprune.importance import ScoringContext, score_units
+from gapprune.importance.obs import obs_order, remove_columns_, removal_errors
+from gapprune.models import get_adapter
+from tests.helpers import tiny_run
+
+
+def layer_problem(seed: int, out: int = 5, units: int = 4, width: int = 2):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out, units * width, generator=g, dtype=torch.float64)
+    x = torch.randn(40, units * width, generator=g, dtype=torch.float64) @ torch.randn(units * width, units * width,
+                                                                                        generator=g, dtype=torch.float64)
+    return weight, x.T @ x
+
+
+def best_refit_error(weight: torch.Tensor, h: torch.Tensor, removed: list[int]) -> tuple[float, torch.Tensor]:
+    """Brute force: min over W' with W'[:, removed] = 0 of tr((W − W') H (W − W')ᵀ), and that W'."""
+    kept = [j for j in range(weight.shape[1]) if j not in removed]
+    w_kept = torch.linalg.solve(h[kept][:, kept], (weight @ h[:, kept]).T).T  # normal equations on the kept columns
+    refit = torch.zeros_like(weight)
+    refit[:, kept] = w_kept
+    diff = weight - refit
+    return float(torch.trace(diff @ h @ diff.T)), refit
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_removal_error_and_update_equal_the_exact_obs_solution(seed):
+    weight, h = layer_problem(seed)
+    hinv = torch.linalg.inv(h)
+    errors = removal_errors(weight, hinv, 2, torch.ones(4, dtype=torch.bool))
+    for unit in range(4):
+        cols = [2 * unit, 2 * unit + 1]
+        expected, refit = best_refit_error(weight, h, cols)
+        assert float(errors[unit]) == pytest.approx(expected, rel=1e-8)
+        w, hi = weight.clone(), hinv.clone()
+        remove_columns_(w, hi, torch.tensor(cols))
+        assert torch.allclose(w, refit, atol=1e-8)
+        kept = [j for j in range(8) if j not in cols]
+        assert torch.allclose(hi[kept][:, kept], torch.linalg.inv(h[kept][:, kept]), atol=1e-8)
+
+
+def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given_it(seed=3):
+    weight, h = layer_problem(seed)
+    damped = h + 0.01 * float(h.diagonal().mean()) * torch.eye(8, dtype=torch.float64)
+    order = obs_order(weight, h, 2)
+    assert sorted(order) == [0, 1, 2, 3]
+    cols = lambda units: [c for u in units for c in (2 * u, 2 * u + 1)]  # noqa: E731
+    first = min(range(4), key=lambda u: best_refit_error(weight, damped, cols([u]))[0])
+    assert order[0] == first
+    second = min((u for u in range(4) if u != first), key=lambda u: best_refit_error(weight, damped, cols([first, u]))[0])
+    assert order[1] == second
+    # greedy, not exhaustive: the pair it removes is no better than the best pair
+    best_pair = min(best_refit_error(weight, damped, cols(p))[0] for p in itertools.combinations(range(4), 2))
+    assert best_refit_error(weight, damped, cols(order[:2]))[0] >= best_pair - 1e-9
+
+
+def test_obs_scores_rank_every_unit_of_a_real_model(llama, token_ids):
+    run = tiny_run(llama, token_ids, criterion="obs")
+    assert run.calibration.gram is not None  # obs asks the calibration pass for the Grams
+    for layer in range(run.adapter.n_layers):
+        for c, n in (("attn", run.adapter.layer_shape(layer).n_heads), ("mlp", run.adapter.layer_shape(layer).intermediate)):
+            assert sorted(run.calibration.scores.get(layer, c).tolist()) == list(range(n))
+
+
+def test_obs_needs_the_gram_statistics(llama):
+    with pytest.raises(ValueError, match="Gram"):
+        score_units(ScoringContext(get_adapter(llama)), "obs")
