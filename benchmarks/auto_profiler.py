@@ -111,7 +111,9 @@ def main() -> None:
                   "exact_replays": exact_replays(table), "full_replays": full_replays(table),
                   "ppl": round(ppl[(profiler, ratio)], 3), "ppl_exact": round(ppl[("exact", ratio)], 3),
                   "dataset": "wikitext2", "seq_len": 128, "windows": args.windows,
-                  "auto": table.meta.get("auto", {}).get("summary") if profiler == "auto" else None})
+                  "estimate": table.meta.get("auto", {}).get("estimate_profiler") if profiler == "auto" else None,
+                  "margin": table.meta.get("auto", {}).get("margin") if profiler == "auto" else None,
+                  "rounds": table.meta.get("auto", {}).get("rounds") if profiler == "auto" else None})
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_sample
 # How the table is measured: part of a checkpoint's key, not of a profile's identity (any table of the same
 # model, data and settings can be reused; `auto` completes an estimated one where a plan needs it).
 TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
+# Settings added after profiles were first saved: left out of the fingerprint at these values, so
+# those profiles stay valid.
+LATER_SETTINGS = {"table_compensation": "none"}
 
 
 @contextmanager
@@ -86,10 +89,10 @@ class Calibration:
 
     def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
-        settings = {name: getattr(config, name) for name in names}
+        settings = {name: getattr(config, name) for name in names
+                    if LATER_SETTINGS.get(name, object()) != getattr(config, name)}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
-                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters()),
-                 "profile_tokens": calibration_tokens(self.profile_inputs)}
+                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
         scores = json.dumps(self.scores.to_dict()).encode()
         return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
 
@@ -135,7 +138,8 @@ class Profile:
         """A profile measured on another model, data or settings must not silently steer this one."""
         expected = calibration.fingerprint(config)
         if self.fingerprint != expected:
-            changed = [name for name in PROFILE_SETTINGS if self.settings.get(name) != getattr(config, name)]
+            changed = [name for name in PROFILE_SETTINGS
+                       if self.settings.get(name, LATER_SETTINGS.get(name)) != getattr(config, name)]
             detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
             raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
                              "or use the same settings as the profile")
@@ -216,7 +220,8 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
         return complete_table(calibration, estimate, config, total) if complete else estimate
     if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
         log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
-    key = calibration.fingerprint(config, TABLE_SETTINGS)
+    key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
+                   "profile_tokens": calibration_tokens(calibration.profile_inputs)})
     checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
     done = checkpoint.load()
     if done:

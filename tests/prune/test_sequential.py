@@ -1,0 +1,59 @@
+"""Sequential compensation: layers re-fitted in order on the inputs the pruned layers produce."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from gapprune.models import get_adapter
+from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.prune.plan import Plan
+from tests.helpers import tiny_run
+
+
+@pytest.fixture
+def calibrated(llama):
+    ids = torch.randint(0, 256, (16, 64), generator=torch.Generator().manual_seed(5))
+    return llama, ids, tiny_run(llama, ids, compensate="lsq", profile_samples=2)
+
+
+def uniform_plan(run, ratio=0.3):
+    return plan_from_allocation(run.adapter, run.profile, allocate(run.profile, ratio, "uniform"), {"ratio": ratio})
+
+
+def test_sequential_with_nothing_removed_changes_nothing(calibrated):
+    model, ids, run = calibrated
+    adapter = run.adapter
+    planned = uniform_plan(run)
+    keep_all = Plan([replace(lp, attn=replace(lp.attn, kept=list(range(adapter.layer_shape(lp.layer).n_heads))),
+                             mlp=replace(lp.mlp, kept=list(range(adapter.layer_shape(lp.layer).intermediate))))
+                     for lp in planned.layers], planned.config, planned.summary)
+    out = copy.deepcopy(model)
+    summary = prune_model_(out, keep_all, "lsq", run.calibration.gram, 1.0, run.calibration.inputs)
+    assert summary["applied"] == 0
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, out(input_ids=ids).logits)
+
+
+def test_first_attention_is_fitted_on_the_dense_inputs_and_later_components_are_not(calibrated):
+    model, ids, run = calibrated
+    plan = uniform_plan(run)
+    dense_fit, sequential = copy.deepcopy(model), copy.deepcopy(model)
+    prune_model_(dense_fit, plan, "lsq", run.calibration.gram, 1.0)
+    summary = prune_model_(sequential, plan, "lsq", run.calibration.gram, 1.0, run.calibration.inputs)
+    assert summary["sequential"] and summary["applied"] > 0
+    a, b = get_adapter(dense_fit), get_adapter(sequential)
+    # layer 0's attention sees the same inputs either way: the same refit
+    assert torch.allclose(a.out_proj(0, "attn").weight, b.out_proj(0, "attn").weight, atol=1e-5)
+    # its MLP already sees the pruned attention: another refit
+    assert not torch.allclose(a.out_proj(0, "mlp").weight, b.out_proj(0, "mlp").weight, atol=1e-5)
+    assert [s.intermediate for s in a.shapes()] == [s.intermediate for s in b.shapes()]
+
+
+def test_sequential_needs_a_compensation_method(calibrated):
+    model, _, run = calibrated
+    with pytest.raises(ValueError, match="lsq or bias"):
+        prune_model_(copy.deepcopy(model), uniform_plan(run), "none", None, 1.0, run.calibration.inputs)
