@@ -318,9 +318,13 @@ def check_streamable(model: nn.Module, config: Any, plan: Any = None) -> None:
     """Refuse, with the way out named, the settings that need every layer's weights at once."""
     if not is_streamed(model):
         return
-    if plan is None and config.allocator == "gap" and config.profiler != "exact":
-        raise ValueError(f"a streamed model (--offload) is profiled by the exact layer-major profiler; "
-                         f"pass --profiler exact instead of {config.profiler}")
+    if plan is None and config.allocator == "gap" and config.profiler == "fisher":
+        raise ValueError("a streamed model (--offload) is profiled by the exact layer-major profiler; "
+                         "pass --profiler exact (or auto, which streams the exact pass) instead of fisher")
+    for flag, used in (("--criterion obs", config.criterion == "obs"), ("--sequential", config.sequential),
+                       ("--compensation-aware", config.compensation_aware)):
+        if used:
+            raise ValueError(f"{flag} is not supported with a streamed model yet; load it in memory (--offload off)")
     if config.criterion == "taylor":
         raise ValueError("the taylor criterion needs gradients of every layer at once; with --offload choose "
                          "activation, fluctuation or magnitude")
