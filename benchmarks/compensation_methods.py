@@ -31,7 +31,7 @@ METHODS: dict[str, tuple[str, bool, str, bool]] = {
     "none": ("activation", False, "none", False),
     "lsq": ("activation", False, "lsq", False),
     "sequential": ("activation", False, "lsq", True),
-    "aware": ("activation", True, "lsq", False),
+    "aware": ("activation", True, "lsq", False),  # the table refits out of sample
     "obs": ("obs", False, "lsq", False),
     "obs+sequential": ("obs", False, "lsq", True),
     "aware+sequential": ("activation", True, "lsq", True),

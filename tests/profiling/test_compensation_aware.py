@@ -41,8 +41,10 @@ def test_an_entry_is_the_loss_of_the_model_pruned_and_compensated_there(runs, la
     adapter, inputs, device = aware.adapter, aware.calibration.profile_inputs, torch.device("cpu")
     kept = kept_units(aware.calibration.scores, adapter, layer, component, aware.table.options[component][option])
     pruned = copy.deepcopy(model)
-    # as `compensate_` does: the refit where it lowers the held-out error, else plain removal
-    prune_component_and_compensate_(get_adapter(pruned), layer, component, kept, aware.calibration.gram, "lsq")
+    # as `compensate_` does (the refit where it lowers the held-out error, else plain removal), fitted on
+    # the half of the calibration batches that does not hold the profiling windows
+    prune_component_and_compensate_(get_adapter(pruned), layer, component, kept, aware.calibration.gram.swapped(),
+                                    "lsq")
     reference = dense_head_reference(adapter, inputs, "kl", device)
     positions = sum(METRICS.get("kl").positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
     with torch.inference_mode():

@@ -43,6 +43,11 @@ class GramStats:
     def fit_mean(self, key: tuple[int, str]) -> torch.Tensor:
         return self.sums[key][0] / max(self.counts[key][0], 1)
 
+    def swapped(self) -> GramStats:
+        """The halves exchanged: fit on the held-out batches, check on the fit ones."""
+        return GramStats(fit=self.held_out, held_out=self.fit, sums={k: v[::-1] for k, v in self.sums.items()},
+                         counts={k: v[::-1] for k, v in self.counts.items()}, batches=dict(self.batches))
+
 
 def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats) -> torch.utils.hooks.RemovableHandle:
     """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out."""
