@@ -31,8 +31,7 @@ def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int, alive: 
     blocks = hinv.view(n_units, width, n_units, width).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (units, w, w)
     w = weight.view(weight.shape[0], n_units, width).transpose(0, 1)  # (units, out, w)
     safe = torch.where(alive.view(-1, 1, 1), blocks, torch.eye(width, dtype=blocks.dtype).expand_as(blocks))
-    solved = torch.linalg.solve(safe, w.transpose(1, 2))  # (units, w, out) = (H⁻¹_uu)⁻¹ W_uᵀ
-    errors = (w.transpose(1, 2) * solved).sum((1, 2))
+    errors = (torch.bmm(w, torch.linalg.inv(safe)) * w).sum((1, 2))  # small blocks: invert, don't solve
     return torch.where(alive, errors, torch.full_like(errors, float("inf")))
 
 
