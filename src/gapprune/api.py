@@ -136,7 +136,7 @@ def prune(
     with timed(timings, "surgery_and_compensation"):
         biases_before = _out_proj_bias_params(adapter)
         gram = calibration.gram if calibration is not None else None
-        sequential = calibration.inputs if config.sequential and calibration is not None else None
+        sequential = calibration.inputs if uses_sequential(model, config) and calibration is not None else None
         plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge, sequential)
     added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
@@ -144,6 +144,17 @@ def prune(
     if after != plan.summary["params_after"]:
         raise RuntimeError(f"surgery left {after:,} parameters, the plan expected {plan.summary['params_after']:,}")
     return plan, profile
+
+
+def uses_sequential(model: nn.Module, config: PruneConfig) -> bool:
+    """Sequential compensation when compensating at all, and not (yet) for a streamed model, which
+    is fitted on the dense inputs instead."""
+    from gapprune.models.streaming import is_streamed
+
+    if config.sequential and config.compensate != "none" and is_streamed(model):
+        log.info("a streamed model is compensated on the dense inputs (sequential fitting is not streamed yet)")
+        return False
+    return config.sequential and config.compensate != "none"
 
 
 def pruned_copy(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,

@@ -27,7 +27,7 @@ class PruneConfig:
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
-    sequential: bool = field(default=False, metadata={"help": "compensate layer by layer on the inputs the already-pruned layers produce (one more calibration pass) instead of the dense inputs"})
+    sequential: bool = field(default=True, metadata={"help": "lsq/bias: fit layer by layer on the inputs the already-pruned layers produce (one more calibration pass; --no-sequential fits on the dense inputs)"})
     compensation_aware: bool = field(default=False, metadata={"help": "measure each option's ΔL with its component compensated as it will be saved (lsq or bias), so the allocation sees the shipped model"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
@@ -52,8 +52,6 @@ class PruneConfig:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
         if self.compensate not in ("lsq", "bias", "none"):
             raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
-        if self.sequential and self.compensate == "none":
-            raise ValueError("sequential compensation re-fits layer by layer: set compensate to lsq or bias")
         if self.compensation_aware and self.compensate == "none":
             raise ValueError("compensation_aware measures options as compensated: set compensate to lsq or bias")
         if self.compensation_aware and self.profiler == "fisher":

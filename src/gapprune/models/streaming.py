@@ -321,8 +321,7 @@ def check_streamable(model: nn.Module, config: Any, plan: Any = None) -> None:
     if plan is None and config.allocator == "gap" and config.profiler == "fisher":
         raise ValueError("a streamed model (--offload) is profiled by the exact layer-major profiler; "
                          "pass --profiler exact (or auto, which streams the exact pass) instead of fisher")
-    for flag, used in (("--criterion obs", config.criterion == "obs"), ("--sequential", config.sequential),
-                       ("--compensation-aware", config.compensation_aware)):
+    for flag, used in (("--criterion obs", config.criterion == "obs"), ("--compensation-aware", config.compensation_aware)):
         if used:
             raise ValueError(f"{flag} is not supported with a streamed model yet; load it in memory (--offload off)")
     if config.criterion == "taylor":
