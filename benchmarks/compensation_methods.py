@@ -24,7 +24,14 @@ from result_log import ResultLog
 from settings import Window
 
 from gapprune.api import load, pruned_copy
-from gapprune.pipeline import Calibration, allocate, calibrate, complete_table, plan_from_allocation, profile_model
+from gapprune.pipeline import (
+    Calibration,
+    allocate,
+    calibrate,
+    complete_table,
+    plan_from_allocation,
+    profile_model,
+)
 
 # method -> (criterion, compensation-aware table, compensate, sequential)
 METHODS: dict[str, tuple[str, bool, str, bool]] = {

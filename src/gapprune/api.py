@@ -13,10 +13,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from gapprune.calibrate import LayerInputs
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
-from gapprune.calibrate import LayerInputs
 from gapprune.distributed import is_main
 from gapprune.evaluate.perplexity import PerplexityResult, perplexity
 from gapprune.export.save import save, write_atomically

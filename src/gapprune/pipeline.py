@@ -49,8 +49,8 @@ from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import calibration_tokens, option_grid
 from gapprune.prune import Plan, default_channel_step, make_plan
-from gapprune.prune.sequential import prune_sequentially_
 from gapprune.prune.compensate import GramStats, compensated_projection, gram_hooks, prune_and_compensate_
+from gapprune.prune.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)
 

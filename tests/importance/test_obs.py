@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gapprune.importance import ScoringContext, score_units
-from gapprune.importance.obs import obs_order, remove_columns_, removal_errors
+from gapprune.importance.obs import obs_order, removal_errors, remove_columns_
 from gapprune.models import get_adapter
 from tests.helpers import tiny_run
 
@@ -52,7 +52,7 @@ def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given
     damped = h + 0.01 * float(h.diagonal().mean()) * torch.eye(8, dtype=torch.float64)
     order = obs_order(weight, h, 2)
     assert sorted(order) == [0, 1, 2, 3]
-    cols = lambda units: [c for u in units for c in (2 * u, 2 * u + 1)]  # noqa: E731
+    cols = lambda units: [c for u in units for c in (2 * u, 2 * u + 1)]
     first = min(range(4), key=lambda u: best_refit_error(weight, damped, cols([u]))[0])
     assert order[0] == first
     second = min((u for u in range(4) if u != first), key=lambda u: best_refit_error(weight, damped, cols([first, u]))[0])

@@ -39,7 +39,7 @@ def test_sequential_with_nothing_removed_changes_nothing(calibrated):
 
 
 def test_first_attention_is_fitted_on_the_dense_inputs_and_later_components_are_not(calibrated):
-    model, ids, run = calibrated
+    model, _, run = calibrated
     plan = uniform_plan(run)
     dense_fit, sequential = copy.deepcopy(model), copy.deepcopy(model)
     prune_model_(dense_fit, plan, "lsq", run.calibration.gram, 1.0)

@@ -30,6 +30,7 @@ from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tok
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
 
+
 def stack_kwargs(kwargs: dict[str, Any], batch: int, copies: int) -> dict[str, Any]:
     """Repeat every per-sample tensor (leading dim == batch) `copies` times; broadcast ones stay."""
 

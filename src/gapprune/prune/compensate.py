@@ -155,37 +155,36 @@ def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int
     raise ValueError(f"unknown compensation {method!r}; choose from lsq, bias")
 
 
-def compensate_(
-    adapter: ModelAdapter, dense_out: dict[tuple[int, str], torch.Tensor], kept_columns: dict[tuple[int, str], list[int]],
-    stats: GramStats, method: str, ridge: float = 1.0,
-) -> dict[str, Any]:
-    """Re-fit every pruned component's output projection in place. Returns a summary per component.
+def compensate_(adapter: ModelAdapter, layer: int, component: str, dense: torch.Tensor, cols: list[int],
+                stats: GramStats, method: str, ridge: float = 1.0) -> dict[str, Any]:
+    """Re-fit one pruned output projection in place; returns its summary.
 
-    dense_out: the dense output-projection weights (out, n_in) before surgery;
-    kept_columns: the dense column ids each pruned projection kept, in order.
-    Neither method may make things worse: a refit whose held-out error rises is not applied.
+    dense: the dense output-projection weight (out, n_in) before surgery; cols: the dense column ids
+    the pruned projection kept, in order. A refit whose held-out error rises is not applied.
     """
     if method not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {method!r}; choose from {', '.join(COMPENSATIONS)}")
     summary = new_summary(method)
-    if method == "none":
-        return summary
-    for (layer, component), cols in kept_columns.items():
-        out = adapter.out_proj(layer, component)
-        dense = dense_out[(layer, component)]
-        if out is None or len(cols) == dense.shape[1]:
-            continue  # removed entirely (nothing to fit) or nothing removed
-        fit = refit(dense, cols, stats, (layer, component), method, ridge)
-        if fit.better:
-            out.weight.data.copy_(fit.weight)
-            add_bias_(out, fit.shift)
-            summary["applied"] += 1
-            summary["error_reduction"].append(round(1 - fit.after / fit.before, 4) if fit.before else 0.0)
-        else:
-            log.info("layer %d %s: %s would raise held-out error (%.4g -> %.4g); kept original", layer, component,
-                     method, fit.before, fit.after)
-            summary["kept_original"] += 1
+    out = adapter.out_proj(layer, component)
+    if method == "none" or out is None or len(cols) == dense.shape[1]:
+        return summary  # nothing to do, removed entirely (nothing to fit) or nothing removed
+    fit = refit(dense, cols, stats, (layer, component), method, ridge)
+    if fit.better:
+        out.weight.data.copy_(fit.weight)
+        add_bias_(out, fit.shift)
+        summary["applied"] += 1
+        summary["error_reduction"].append(round(1 - fit.after / fit.before, 4) if fit.before else 0.0)
+    else:
+        log.info("layer %d %s: %s would raise held-out error (%.4g -> %.4g); kept original", layer, component,
+                 method, fit.before, fit.after)
+        summary["kept_original"] += 1
     return summary
+
+
+def unit_columns(adapter: ModelAdapter, component: str, kept_units: list[int]) -> list[int]:
+    """The output projection's input columns of the kept units (a head owns `unit_width` consecutive ones)."""
+    width = adapter.unit_width(component)
+    return [u * width + d for u in kept_units for d in range(width)]
 
 
 def add_bias_(linear: nn.Linear, shift: torch.Tensor) -> None:
@@ -229,22 +228,18 @@ def prune_component_and_compensate_(adapter: ModelAdapter, layer: int, component
     """Remove one component's units that `kept_units` does not list, then re-fit its output projection.
 
     Keeps the bookkeeping compensation needs: the dense output-projection weight from before the
-    surgery and the dense input columns that survive it (a kept head owns `unit_width` consecutive
-    columns). Nothing removed: nothing changes.
+    surgery and the dense input columns that survive it. Nothing removed: nothing changes.
     """
     out = adapter.out_proj(layer, component)
-    if out is None:
+    cols = unit_columns(adapter, component, kept_units)
+    if out is None or len(cols) == out.in_features:
         return new_summary(method)
-    width = adapter.unit_width(component)
-    if len(kept_units) * width == out.in_features:
-        return new_summary(method)
-    dense_out = {(layer, component): out.weight.data.clone()}
-    kept = {(layer, component): [u * width + d for u in kept_units for d in range(width)]}
+    dense = out.weight.data.clone()
     if component == "attn":
         adapter.prune_attention_(layer, kept_units)
     else:
         adapter.prune_mlp_(layer, kept_units)
-    return compensate_(adapter, dense_out, kept, stats, method, ridge)
+    return compensate_(adapter, layer, component, dense, cols, stats, method, ridge)
 
 
 def compensated_projection(adapter: ModelAdapter, layer: int, component: str, kept_units: list[int], stats: GramStats,
@@ -256,8 +251,7 @@ def compensated_projection(adapter: ModelAdapter, layer: int, component: str, ke
     """
     out = adapter.out_proj(layer, component)
     assert out is not None
-    width = adapter.unit_width(component)
-    cols = [u * width + d for u in kept_units for d in range(width)]
+    cols = unit_columns(adapter, component, kept_units)
     if method == "none" or not cols or len(cols) == out.in_features:
         return None
     dense = out.weight.data

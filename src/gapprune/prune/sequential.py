@@ -24,6 +24,7 @@ from gapprune.prune.compensate import (
     gram_hook,
     new_summary,
     prune_component_and_compensate_,
+    unit_columns,
 )
 from gapprune.prune.plan import Plan, check_layers
 
@@ -52,7 +53,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
         for c in COMPONENTS:
             out = adapter.out_proj(lp.layer, c)
             kept = lp.component(c).kept
-            if out is None or len(kept) * adapter.unit_width(c) == out.in_features:
+            if out is None or len(unit_columns(adapter, c, kept)) == out.in_features:  # nothing to fit
                 continue
             stats = GramStats()
             handle = gram_hook(out, (lp.layer, c), stats)
