@@ -12,7 +12,7 @@ class PruneConfig:
 
     ratio: float = field(metadata={"help": "fraction of ALL model parameters to remove (embeddings included), in (0, 1)"})
     allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
-    criterion: str = field(default="activation", metadata={"help": "which units go: magnitude|activation|fluctuation|taylor|obs"})
+    criterion: str = field(default="obs", metadata={"help": "which units go: obs (greedy structured OBS on the output projection, the default)|activation|fluctuation|magnitude|taylor"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
     calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, or 'self'"})
     calib_split: str = field(default="validation", metadata={"help": "split of a named calibration set"})

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gapprune.importance import ScoringContext, score_units
-from gapprune.importance.obs import obs_order, removal_errors, remove_columns_
+from gapprune.importance.obs import obs_order, removal_errors, remove_columns
 from gapprune.models import get_adapter
 from tests.helpers import tiny_run
 
@@ -35,16 +35,15 @@ def best_refit_error(weight: torch.Tensor, h: torch.Tensor, removed: list[int]) 
 def test_removal_error_and_update_equal_the_exact_obs_solution(seed):
     weight, h = layer_problem(seed)
     hinv = torch.linalg.inv(h)
-    errors = removal_errors(weight, hinv, 2, torch.ones(4, dtype=torch.bool))
+    errors = removal_errors(weight, hinv, 2)
     for unit in range(4):
         cols = [2 * unit, 2 * unit + 1]
         expected, refit = best_refit_error(weight, h, cols)
         assert float(errors[unit]) == pytest.approx(expected, rel=1e-8)
-        w, hi = weight.clone(), hinv.clone()
-        remove_columns_(w, hi, torch.tensor(cols))
-        assert torch.allclose(w, refit, atol=1e-8)
+        w, hi = remove_columns(weight, hinv, torch.tensor(cols))
         kept = [j for j in range(8) if j not in cols]
-        assert torch.allclose(hi[kept][:, kept], torch.linalg.inv(h[kept][:, kept]), atol=1e-8)
+        assert torch.allclose(w, refit[:, kept], atol=1e-8)
+        assert torch.allclose(hi, torch.linalg.inv(h[kept][:, kept]), atol=1e-8)
 
 
 def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given_it(seed=3):
@@ -60,6 +59,19 @@ def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given
     # greedy, not exhaustive: the pair it removes is no better than the best pair
     best_pair = min(best_refit_error(weight, damped, cols(p))[0] for p in itertools.combinations(range(4), 2))
     assert best_refit_error(weight, damped, cols(order[:2]))[0] >= best_pair - 1e-9
+
+
+@pytest.mark.parametrize(("seed", "width"), [(4, 1), (5, 2), (6, 3)])
+def test_every_greedy_step_removes_the_unit_of_least_refit_error_given_those_gone(seed, width):
+    units = 6
+    weight, h = layer_problem(seed, out=4, units=units, width=width)
+    damped = h + 0.01 * float(h.diagonal().mean()) * torch.eye(units * width, dtype=torch.float64)
+    cols = lambda us: [u * width + i for u in us for i in range(width)]
+    order = obs_order(weight, h, width)
+    for step in range(units - 1):  # the last unit is whatever is left
+        rest = [u for u in range(units) if u not in order[:step]]
+        best = min(rest, key=lambda u: best_refit_error(weight, damped, cols(order[:step] + [u]))[0])
+        assert order[step] == best
 
 
 def test_obs_scores_rank_every_unit_of_a_real_model(llama, token_ids):

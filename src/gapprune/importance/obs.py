@@ -25,44 +25,43 @@ DAMP = 0.01  # H + DAMP · mean(diag H) · I, as SparseGPT: keeps H⁻¹ finite 
 CHANNEL_BLOCKS = 64  # MLP channels leave in this many greedy blocks
 
 
-def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int, alive: torch.Tensor) -> torch.Tensor:
-    """E(u) = tr(W_u (H⁻¹_uu)⁻¹ W_uᵀ) of every unit u (`width` consecutive columns); inf for units gone."""
+def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int) -> torch.Tensor:
+    """E(u) = tr(W_u (H⁻¹_uu)⁻¹ W_uᵀ) of every unit u (`width` consecutive columns)."""
     n_units = weight.shape[1] // width
     blocks = hinv.view(n_units, width, n_units, width).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (units, w, w)
     w = weight.view(weight.shape[0], n_units, width).transpose(0, 1)  # (units, out, w)
-    safe = torch.where(alive.view(-1, 1, 1), blocks, torch.eye(width, dtype=blocks.dtype).expand_as(blocks))
-    errors = (torch.bmm(w, torch.linalg.inv(safe)) * w).sum((1, 2))  # small blocks: invert, don't solve
-    return torch.where(alive, errors, torch.full_like(errors, float("inf")))
+    return (torch.bmm(w, torch.linalg.inv(blocks)) * w).sum((1, 2))  # small blocks: invert, don't solve
 
 
-def remove_columns_(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tensor) -> None:
-    """The OBS step for the columns S, in place: W −= W_S (H⁻¹_SS)⁻¹ H⁻¹_S,: and H⁻¹ −= H⁻¹_:,S (H⁻¹_SS)⁻¹ H⁻¹_S,:
-    (H⁻¹ of the remaining columns; the rows and columns of S become 0)."""
+def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The OBS step for the columns S: the kept columns of W − W_S (H⁻¹_SS)⁻¹ H⁻¹_S,: and of
+    H⁻¹ − H⁻¹_:,S (H⁻¹_SS)⁻¹ H⁻¹_S,: (which is H⁻¹ of the kept columns). Returned compacted: each
+    later step works on the columns still there, so a layer costs a third of a full-size update."""
+    keep = torch.ones(hinv.shape[0], dtype=torch.bool)
+    keep[columns] = False
     block_inv = torch.linalg.inv(hinv[columns][:, columns])
-    rows = hinv[columns]  # (|S|, n)
-    weight -= weight[:, columns] @ block_inv @ rows
-    hinv -= rows.T @ block_inv @ rows
-    weight[:, columns] = 0
-    hinv[columns] = 0
-    hinv[:, columns] = 0
+    rows = hinv[columns][:, keep]  # (|S|, kept)
+    weight = torch.addmm(weight[:, keep], weight[:, columns] @ block_inv, rows, alpha=-1)
+    hinv = torch.addmm(hinv[keep][:, keep], rows.T, block_inv @ rows, alpha=-1)
+    return weight, hinv
 
 
 def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: int = 1) -> list[int]:
     """Units (of `width` columns) in greedy OBS removal order, `per_step` of least error at a time."""
-    w = weight.detach().double().cpu().clone()
+    w = weight.detach().double().cpu()
     h = gram.double().cpu()
     h = h + DAMP * float(h.diagonal().mean()) * torch.eye(h.shape[0], dtype=h.dtype) + 1e-12 * torch.eye(h.shape[0])
-    hinv = torch.linalg.inv(h)
-    n_units = w.shape[1] // width
-    alive = torch.ones(n_units, dtype=torch.bool)
+    hinv = torch.cholesky_inverse(torch.linalg.cholesky(h))
+    alive = torch.arange(w.shape[1] // width)  # original ids of the units still there, in column order
     order: list[int] = []
-    while len(order) < n_units:
-        errors = removal_errors(w, hinv, width, alive)
-        take = errors.argsort()[: min(per_step, n_units - len(order))]
-        order += take.tolist()
-        alive[take] = False
+    while len(alive):
+        take = removal_errors(w, hinv, width).argsort()[:per_step]
+        order += alive[take].tolist()
         columns = (take.view(-1, 1) * width + torch.arange(width)).flatten()
-        remove_columns_(w, hinv, columns)
+        w, hinv = remove_columns(w, hinv, columns)
+        kept = torch.ones(len(alive), dtype=torch.bool)
+        kept[take] = False
+        alive = alive[kept]
     return order
 
 

@@ -321,9 +321,9 @@ def check_streamable(model: nn.Module, config: Any, plan: Any = None) -> None:
     if plan is None and config.allocator == "gap" and config.profiler == "fisher":
         raise ValueError("a streamed model (--offload) is profiled by the exact layer-major profiler; "
                          "pass --profiler exact (or auto, which streams the exact pass) instead of fisher")
-    for flag, used in (("--criterion obs", config.criterion == "obs"), ("--compensation-aware", config.compensation_aware)):
-        if used:
-            raise ValueError(f"{flag} is not supported with a streamed model yet; load it in memory (--offload off)")
+    if config.compensation_aware:
+        raise ValueError("--compensation-aware is not supported with a streamed model yet; load it in memory "
+                         "(--offload off)")
     if config.criterion == "taylor":
         raise ValueError("the taylor criterion needs gradients of every layer at once; with --offload choose "
                          "activation, fluctuation or magnitude")
