@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 from settings import CALIBRATION, MODEL, PROFILE, Window
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.api import evaluate_ppl, pruned_copy, write_profile_folder
+from gapprune.api import evaluate_ppl, load, pruned_copy, write_profile_folder
 from gapprune.config import PruneConfig
 from gapprune.evaluate.perplexity import PerplexityResult
 from gapprune.pipeline import Calibration, Profile, calibrate, profile_model
@@ -77,3 +78,20 @@ def evaluate_plan(dense: nn.Module, tokenizer: PreTrainedTokenizerBase, plan: Pl
     results = perplexities(pruned, tokenizer, windows, data_dir, progress)
     del pruned
     return summary, results
+
+
+@torch.inference_mode()
+def reload_check(model: torch.nn.Module, folder: Path, tokenizer) -> dict:  # type: ignore[no-untyped-def]
+    """Logits and greedy text of the saved folder, loaded both ways, against the in-memory pruned model."""
+    from transformers import AutoModelForCausalLM
+
+    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    expected = model(input_ids=ids).logits
+    text = model.generate(ids, max_new_tokens=8, do_sample=False)
+    result = {}
+    for way, loaded in (("gapprune.load", load(str(folder))[0]),
+                        ("from_pretrained(trust_remote_code=True)",
+                         AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval())):
+        result[way] = {"identical_logits": bool(torch.equal(loaded(input_ids=ids).logits, expected)),
+                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8, do_sample=False), text))}
+    return {"reload": result, "params": sum(p.numel() for p in model.parameters())}

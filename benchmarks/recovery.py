@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from common import add_profile_flag, bench_config, calibrate_and_profile, parser, perplexities
+from common import add_profile_flag, bench_config, calibrate_and_profile, parser, perplexities, reload_check
 from result_log import ResultLog
 from settings import DATASETS, SEQ_LEN, Window
 
@@ -26,23 +26,6 @@ from gapprune.tune.lora import TuneConfig, lora_tune
 
 RATIOS = [0.25, 0.5]
 STAGES = ["none", "lsq", "bias"]
-
-
-@torch.inference_mode()
-def reload_check(model: torch.nn.Module, folder: Path, tokenizer) -> dict:  # type: ignore[no-untyped-def]
-    """Logits and greedy text of the saved folder, loaded both ways, against the in-memory pruned model."""
-    from transformers import AutoModelForCausalLM
-
-    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
-    expected = model(input_ids=ids).logits
-    text = model.generate(ids, max_new_tokens=8, do_sample=False)
-    result = {}
-    for way, loaded in (("gapprune.load", load(str(folder))[0]),
-                        ("from_pretrained(trust_remote_code=True)",
-                         AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval())):
-        result[way] = {"identical_logits": bool(torch.equal(loaded(input_ids=ids).logits, expected)),
-                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8, do_sample=False), text))}
-    return {"reload": result, "params": sum(p.numel() for p in model.parameters())}
 
 
 def main() -> None:
