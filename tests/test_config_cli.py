@@ -31,3 +31,6 @@ def test_profiler_and_ridge_flags_are_validated():
         PruneConfig(ratio=0.3, profiler="hessian")
     with pytest.raises(ValueError, match="ridge must be >= 0"):
         PruneConfig(ratio=0.3, ridge=-1)
+    with pytest.raises(ValueError, match="ratio_of must be model or decoder"):
+        PruneConfig(ratio=0.3, ratio_of="embedding")
+    assert build_parser().parse_args(["prune", "m", "--ratio", "0.5", "--out", "o", "--ratio-of", "decoder"]).ratio_of == "decoder"

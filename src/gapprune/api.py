@@ -27,6 +27,7 @@ from gapprune.pipeline import (
     allocate,
     calibrate,
     complete_table,
+    decoder_param_count,
     needs_loss_table,
     plan_from_allocation,
     profile_model,
@@ -117,15 +118,16 @@ def prune(
             profile = profile_model(calibration, config, checkpoint_dir)
         else:
             profile.check_matches(calibration, config)
+            profile.decoder_params = profile.decoder_params or decoder_param_count(adapter)  # older profiles lack it
             profile.timings = {**calibration.timings}
             if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
                 with timed(profile.timings, "profiling"):
                     profile.table = complete_table(calibration, profile.table, config, profile.total_params)
         with timed(profile.timings, "allocation"):
-            allocation = allocate(profile, config.ratio, config.allocator)
+            allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
             if config.refine:
                 allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
-                                               config.mlp_stride)
+                                               config.mlp_stride, config.ratio_of)
         plan = plan_from_allocation(adapter, profile, allocation, config.to_dict())
         timings = profile.timings
     else:

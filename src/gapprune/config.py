@@ -10,7 +10,8 @@ from typing import Any, get_args, get_type_hints
 class PruneConfig:
     """Everything that decides a pruning run; stored resolved in plan.json for reproduction."""
 
-    ratio: float = field(metadata={"help": "fraction of ALL model parameters to remove (embeddings included), in (0, 1)"})
+    ratio: float = field(metadata={"help": "fraction of the parameters to remove, in (0, 1): of ALL of them (embeddings included) unless --ratio-of decoder"})
+    ratio_of: str = field(default="model", metadata={"help": "what --ratio is a fraction of: model (all parameters) or decoder (the decoder layers' parameters; for models whose embedding is most of the weights)"})
     allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
     criterion: str = field(default="obs", metadata={"help": "which units go: obs (greedy structured OBS on the output projection, the default)|activation|fluctuation|magnitude|taylor"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
@@ -50,6 +51,8 @@ class PruneConfig:
                              f"got {self.screen_samples}")
         if self.profile_samples > self.calib_samples:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
+        if self.ratio_of not in ("model", "decoder"):
+            raise ValueError(f"ratio_of must be model or decoder, got {self.ratio_of!r}")
         if self.compensate not in ("lsq", "bias", "none"):
             raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
         if self.compensation_aware and self.compensate == "none":

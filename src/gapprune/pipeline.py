@@ -108,12 +108,17 @@ class Profile:
     fingerprint: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    decoder_params: int = 0  # the decoder layers' parameters (0: a profile saved before they were counted)
+
+    def budget(self, ratio: float, ratio_of: str = "model") -> int:
+        """Parameters a plan at `ratio` (of the whole model, or of the decoder layers) removes."""
+        return budget_params(self.total_params, ratio, self.decoder_params, ratio_of)
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        meta = {"total_params": self.total_params, "fingerprint": self.fingerprint, "settings": self.settings,
-                "timings": self.timings}
+        meta = {"total_params": self.total_params, "decoder_params": self.decoder_params,
+                "fingerprint": self.fingerprint, "settings": self.settings, "timings": self.timings}
         (folder / "profile.json").write_text(json.dumps(meta, indent=1) + "\n")
         self.scores.save(folder / "scores.json")
         self.signals.save(folder / "signals.json")
@@ -130,7 +135,7 @@ class Profile:
             meta = json.loads((folder / "profile.json").read_text())
             return cls(UnitScores.load(folder / "scores.json"), LayerSignals.load(folder / "signals.json"),
                        LossTable.load(folder / "loss_table.json"), int(meta["total_params"]), meta.get("fingerprint", ""),
-                       meta.get("settings", {}), meta.get("timings", {}))
+                       meta.get("settings", {}), meta.get("timings", {}), int(meta.get("decoder_params", 0)))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{folder}/profile.json is not readable ({err}); profile again") from None
 
@@ -296,7 +301,7 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
                          "profile again for the gap allocator")
     adapter, scores, inputs = calibration.adapter, calibration.scores, calibration.profile_inputs
     device = next(adapter.model.parameters()).device
-    budget = budget_params(total_params, config.ratio)
+    budget = budget_params(total_params, config.ratio, decoder_param_count(adapter), config.ratio_of)
 
     reference = dense_head_reference(adapter, inputs, config.metric, device)
     base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
@@ -324,27 +329,39 @@ def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir:
         table = measure_table(calibration, config, checkpoint_dir, complete)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
     settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
-    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings)
+    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings,
+                   decoder_param_count(calibration.adapter))
 
 
-def budget_params(total_params: int, ratio: float) -> int:
+def decoder_param_count(adapter: ModelAdapter) -> int:
+    return sum(p.numel() for p in adapter.layers.parameters())
+
+
+def budget_params(total_params: int, ratio: float, decoder_params: int = 0, ratio_of: str = "model") -> int:
+    """Parameters to remove: `ratio` of all of them (`ratio_of` model) or of the decoder layers' (decoder,
+    for models whose embedding is most of the weights: Gemma 3 270M's is 63%)."""
     if not 0 < ratio < 1:
-        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of all parameters), got {ratio}")
-    return int(round(ratio * total_params))
+        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of the parameters), got {ratio}")
+    if ratio_of == "decoder":
+        if decoder_params <= 0:
+            raise ValueError("this profile was saved before decoder parameters were counted; profile again "
+                             "to prune with --ratio-of decoder")
+        return round(ratio * decoder_params)
+    return round(ratio * total_params)
 
 
-def allocate(profile: Profile, ratio: float, allocator: str) -> Allocation:
-    """Choose one option per component so that `ratio` of all parameters go: numbers in, numbers out."""
-    return ALLOCATORS.get(allocator)(profile.table, profile.signals, budget_params(profile.total_params, ratio))
+def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "model") -> Allocation:
+    """Choose one option per component so that `ratio` of the parameters go: numbers in, numbers out."""
+    return ALLOCATORS.get(allocator)(profile.table, profile.signals, profile.budget(ratio, ratio_of))
 
 
 def refine_allocation(calibration: Calibration, profile: Profile, allocation: Allocation, ratio: float, rounds: int,
-                      mlp_stride: int = 1) -> Allocation:
+                      mlp_stride: int = 1, ratio_of: str = "model") -> Allocation:
     """Re-profile ΔL around the plan and re-solve `rounds` times; keep the plan with the best true loss."""
     if allocation.allocator != "gap":
         raise ValueError("refinement applies to the gap allocator only")
     adapter, scores, table, inputs = calibration.adapter, profile.scores, profile.table, calibration.profile_inputs
-    budget = budget_params(profile.total_params, ratio)
+    budget = profile.budget(ratio, ratio_of)
     best, best_loss = allocation, true_loss(adapter, inputs, scores, table, allocation.choice)
     history = [{"round": 0, "true_loss": best_loss, "predicted_loss": allocation.predicted_loss(table)}]
     current = allocation

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
-from gapprune.pipeline import allocate, plan_from_allocation, prune_model_, refine_allocation
+from gapprune.pipeline import Profile, allocate, plan_from_allocation, prune_model_, refine_allocation
 from gapprune.profiling.conditional import true_loss
 from gapprune.prune import Plan
 from tests.helpers import tiny_run
@@ -59,6 +59,25 @@ def test_plan_round_trips_and_a_loaded_plan_gives_identical_logits(llama, run, p
 def test_budget_beyond_everything_prunable_is_a_clear_error(profile):
     with pytest.raises(InfeasibleBudget, match="at most .* are prunable"):
         allocate(profile, 0.99, "gap")
+
+
+@pytest.mark.parametrize("allocator", ["gap", "uniform"])
+def test_a_decoder_ratio_removes_that_fraction_of_the_decoder_layers(run, profile, allocator, tmp_path):
+    decoder = sum(p.numel() for p in run.adapter.layers.parameters())
+    assert profile.decoder_params == decoder < profile.total_params
+    plan = plan_from_allocation(run.adapter, profile, allocate(profile, 0.5, allocator, "decoder"), {"ratio": 0.5})
+    assert plan.summary["decoder_ratio"] >= 0.5 and plan.summary["params_removed"] < 0.5 * profile.total_params
+    by_model = plan_from_allocation(run.adapter, profile, allocate(profile, 0.5, allocator), {"ratio": 0.5})
+    assert by_model.summary["achieved_ratio"] >= 0.5 > plan.summary["achieved_ratio"]
+    profile.save(tmp_path)
+    assert Profile.load(tmp_path).budget(0.5, "decoder") == profile.budget(0.5, "decoder") == round(0.5 * decoder)
+
+
+def test_a_profile_without_a_decoder_count_refuses_a_decoder_ratio_and_says_why(profile):
+    profile.decoder_params = 0
+    with pytest.raises(ValueError, match="profile again"):
+        allocate(profile, 0.5, "gap", "decoder")
+    assert allocate(profile, 0.5, "gap").removed_params(profile.table) >= 0.5 * profile.total_params
 
 
 def test_ratio_outside_unit_interval_is_rejected(profile):
