@@ -21,7 +21,7 @@ from typing import Any
 
 from common import bench_config, parser, perplexities
 from result_log import ResultLog
-from settings import Window
+from settings import CALIBRATION, Window
 
 from gapprune.api import load, pruned_copy
 from gapprune.pipeline import (
@@ -51,9 +51,12 @@ def main() -> None:
     p.add_argument("--ratios", default="0.25,0.5")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--windows", type=int, default=256)
+    p.add_argument("--calib-samples", type=int, default=CALIBRATION["calib_samples"],
+                   help="calibration windows for statistics, Grams and fitting (ΔL stays on the first 4)")
     args = p.parse_args()
     log = ResultLog(args.out)
-    done = {(r.get("method"), r.get("ratio"), r.get("dataset")) for r in log.records if r.get("kind") == "methods"}
+    done = {(r.get("method"), r.get("ratio"), r.get("dataset"), r.get("calib_samples", CALIBRATION["calib_samples"]))
+            for r in log.records if r.get("kind") == "methods"}
     windows = [Window("wikitext2", windows=args.windows), Window("ptb", windows=args.windows)]
     ratios = [float(r) for r in args.ratios.split(",")]
     methods = args.methods.split(",")
@@ -63,10 +66,10 @@ def main() -> None:
     for ratio in ratios:
         for method in methods:
             criterion, aware, compensate, sequential = METHODS[method]
-            if all((method, ratio, w.dataset) in done for w in windows):
+            if all((method, ratio, w.dataset, args.calib_samples) in done for w in windows):
                 continue
             config = bench_config(args.data_dir, ratio=ratio, criterion=criterion, compensate="lsq",
-                                  compensation_aware=aware, profiler="auto")
+                                  compensation_aware=aware, profiler="auto", calib_samples=args.calib_samples)
             if criterion not in calibrations:
                 calibrations[criterion] = calibrate(model, tokenizer, config)
             calibration = calibrations[criterion]
@@ -84,6 +87,7 @@ def main() -> None:
                           "seq_len": window.seq_len, "windows": window.windows, "ppl": round(result.ppl, 3),
                           "criterion": criterion, "table": "compensation-aware" if aware else "plain",
                           "compensate": compensate, "sequential": sequential, "profiler": "auto",
+                          "calib_samples": args.calib_samples,
                           "exact_entries": profile.table.n_exact(), "profiling_s": round(profile_s, 1),
                           "compensation_s": summary["wall_s"], "applied": summary.get("applied"),
                           "kept_original": summary.get("kept_original")})

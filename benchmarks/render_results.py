@@ -9,6 +9,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from render_reach import calib_section, families_section, recovery_best_section
 from settings import ALLOCATOR_WINDOWS, ALLOCATORS
 
 RESULTS = Path("docs/results")
@@ -37,6 +38,7 @@ def dense_section(records: list[dict]) -> list[str]:
 
 
 def allocator_section(records: list[dict]) -> list[str]:
+    records = [r for r in records if r.get("model", "smollm2-135m") == "smollm2-135m"]  # others: render_reach
     ppl = [r for r in records if r.get("kind") == "ppl"]
     if not ppl:
         return []
@@ -143,9 +145,11 @@ def recovery_section(records: list[dict]) -> list[str]:
 
 
 def methods_section(records: list[dict]) -> list[str]:
-    records = [r for r in records if r.get("kind") == "methods"]
+    records = [r for r in records if r.get("kind") == "methods" and "exact_entries" in r]  # recovery_best: render_reach
     if not records:
         return []
+    records = [{**r, "method": r["method"] + (f", {r['calib_samples']} calibration windows"
+                                              if r.get("calib_samples", 32) != 32 else "")} for r in records]
     meta = records[0]
     cells = {(r["ratio"], r["method"], r["dataset"]): r for r in records}
     methods = list(dict.fromkeys(r["method"] for r in records))
@@ -260,6 +264,9 @@ def main() -> None:
     lines += allocator_section(load("allocators.json"))
     lines += recovery_section(load("recovery.json"))
     lines += methods_section(load("recovery.json"))
+    lines += recovery_best_section(load("recovery.json"))
+    lines += calib_section(load("recovery.json"))
+    lines += families_section(load("allocators.json"), load("families.json"))
     lines += compensation_section(load("compensation.json"))
     lines += eval_section(load("eval.json"))
     lines += bench_section(load("bench.json"))
