@@ -80,6 +80,22 @@ def test_a_profile_folder_serves_other_ratios_and_allocators(tiny_model_folder, 
     assert main(prune_args(folder, text, tmp_path / "owl", "--allocator", "owl", "--profile", str(direct))) == 0
 
 
+def test_a_decoder_ratio_prunes_that_share_of_the_decoder_also_from_an_older_profile(tiny_model_folder, tmp_path,
+                                                                                   cache):
+    folder, text = tiny_model_folder
+    out = tmp_path / "half"
+    assert main(prune_args(folder, text, out, "--ratio", "0.5", "--ratio-of", "decoder")) == 0
+    summary = json.loads((out / "plan.json").read_text())["summary"]
+    assert 0.5 <= summary["decoder_ratio"] < 0.55 and summary["achieved_ratio"] < 0.5
+    assert "of the decoder)" in (out / "report.md").read_text()
+    meta = json.loads((out / "profile.json").read_text())
+    del meta["decoder_params"]  # as a profile saved before decoder parameters were counted
+    (out / "profile.json").write_text(json.dumps(meta))
+    again = tmp_path / "again"
+    assert main(prune_args(folder, text, again, "--ratio", "0.5", "--ratio-of", "decoder", "--profile", str(out))) == 0
+    assert json.loads((again / "plan.json").read_text())["layers"] == json.loads((out / "plan.json").read_text())["layers"]
+
+
 def test_a_profile_of_other_settings_is_refused(tiny_model_folder, tmp_path, cache, capsys):
     folder, text = tiny_model_folder
     assert main(prune_args(folder, text, tmp_path / "a")) == 0
