@@ -103,19 +103,21 @@ def calib_section(records: list[dict]) -> list[str]:
     if not records:
         return []
     meta = records[0]
-    cells = {(r["calib"], r["dataset"]): r["ppl"] for r in records}
+    cells = {(r["calib"], r.get("fit", r["calib"]), r["dataset"]): r["ppl"] for r in records}
     lines = ["## Data-free calibration (`--calib self`) vs WikiText-2 calibration", "",
-             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}`. SmolLM2-135M, GAP at "
-             f"{100 * meta['ratio']:.0f}%, auto profiler, obs, sequential lsq, 32 windows x 128 tokens (ΔL on the "
-             "first 4); only the calibration text differs. Perplexity on the first 256 windows of 128 tokens.", "",
-             "| calibration | WikiText-2 | PTB | vs WikiText-2-calibrated |", "|---|---|---|---|"]
-    ref = (cells.get(("wikitext2", "wikitext2")), cells.get(("wikitext2", "ptb")))
-    for calib in dict.fromkeys(r["calib"] for r in records):
-        w, p = cells.get((calib, "wikitext2")), cells.get((calib, "ptb"))
+             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}` (the crossed rows with "
+             f"`--swap`). SmolLM2-135M, GAP at {100 * meta['ratio']:.0f}%, auto profiler, obs, sequential lsq, 32 "
+             "windows x 128 tokens (ΔL on the first 4); only the calibration text differs: the plan's (scores, loss "
+             "table) and the one lsq is fitted on. Perplexity on the first 256 windows of 128 tokens.", "",
+             "| plan from | lsq fitted on | WikiText-2 | PTB | vs WikiText-2 for both |", "|---|---|---|---|---|"]
+    ref = (cells.get(("wikitext2", "wikitext2", "wikitext2")), cells.get(("wikitext2", "wikitext2", "ptb")))
+    for calib, fit in dict.fromkeys((r["calib"], r.get("fit", r["calib"])) for r in records):
+        w, p = cells.get((calib, fit, "wikitext2")), cells.get((calib, fit, "ptb"))
         if w is None or p is None:
             continue
-        vs = f"{100 * (w / ref[0] - 1):+.1f}% / {100 * (p / ref[1] - 1):+.1f}%" if all(ref) and calib != "wikitext2" else ""
-        lines.append(f"| {calib} | {w:.2f} | {p:.2f} | {vs} |")
+        same = calib == fit == "wikitext2"
+        vs = f"{100 * (w / ref[0] - 1):+.1f}% / {100 * (p / ref[1] - 1):+.1f}%" if all(ref) and not same else ""
+        lines.append(f"| {calib} | {fit} | {w:.2f} | {p:.2f} | {vs} |")
     return lines + [""]
 
 
