@@ -27,10 +27,18 @@ from common import bench_config, evaluate_plan, parser, perplexities, reload_che
 from result_log import ResultLog
 from settings import ALLOCATORS, Window
 
-from gapprune.api import load, pruned_copy
+from gapprune.api import load, pruned_copy, write_profile_folder
 from gapprune.evaluate.zeroshot import TASKS, zero_shot
 from gapprune.export.save import save
-from gapprune.pipeline import allocate, calibrate, complete_table, plan_from_allocation, profile_model
+from gapprune.pipeline import (
+    Profile,
+    allocate,
+    calibrate,
+    complete_table,
+    measure_table,
+    plan_from_allocation,
+    profile_model,
+)
 
 
 def main() -> None:
@@ -41,11 +49,15 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=64)
     p.add_argument("--zeroshot-limit", type=int, default=100, help="first N examples per task (0: skip zero-shot)")
     p.add_argument("--folders", default="runs/families", help="where the saved GAP lsq folder goes")
+    p.add_argument("--exact-check", action="store_true",
+                   help="also measure the exact table and compare its GAP plans with auto's (summed exact ΔL)")
     args = p.parse_args()
     ppl_log, extra_log = ResultLog(args.out), ResultLog(args.extra_out)
     done = {(r.get("allocator"), r.get("compensate"), r.get("target_ratio"), r.get("dataset"), r.get("windows"))
             for r in ppl_log.records if r.get("model") == args.model and r.get("profiler") == "auto"
             and (r.get("allocator") == "dense" or r.get("ratio_of", "model") == args.ratio_of)}
+    phases_done = {(r.get("phase"), r.get("target_ratio")) for r in extra_log.records if r.get("kind") == "phase"
+                   and r.get("model") == args.model and r.get("ratio_of", "model") == args.ratio_of}
     extras_done = {(r.get("kind"), r.get("stage"), r.get("task")) for r in extra_log.records
                    if r.get("model") == args.model and r.get("ratio_of", "model") == args.ratio_of}
     windows = [Window("wikitext2", windows=args.windows), Window("ptb", windows=args.windows)]
@@ -72,17 +84,25 @@ def main() -> None:
     emit_ppl("dense", "none", 0.0, (0.0, 0.0), perplexities(model, tokenizer, todo("dense", "none", 0.0), args.data_dir))
     start = time.perf_counter()
     calibration = calibrate(model, tokenizer, config)
-    profile = profile_model(calibration, config, complete=False)
-    extra_log.emit({"model": args.model, "kind": "phase", "phase": "calibration_and_screen",
-                    "wall_s": round(time.perf_counter() - start, 1), **{k: round(v, 1) for k, v in profile.timings.items()}})
+    saved = Path(args.folders) / f"{args.model}-profile"  # the grown table, for a later run of this script
+    if saved.exists():
+        profile = Profile.load(saved)
+        profile.check_matches(calibration, config)
+    else:
+        profile = profile_model(calibration, config, complete=False)
+        if ("calibration_and_screen", None) not in phases_done:
+            extra_log.emit({"model": args.model, "kind": "phase", "phase": "calibration_and_screen",
+                            "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
+                            **{k: round(v, 1) for k, v in profile.timings.items()}})
     stage = f"gap{int(ratios[0] * 100)}-of-{args.ratio_of}-lsq"
     folder = Path(args.folders) / f"{args.model}-{stage}"
     for ratio in ratios:
         start = time.perf_counter()
         profile.table = complete_table(calibration, profile.table, replace(config, ratio=ratio), profile.total_params)
-        extra_log.emit({"model": args.model, "kind": "phase", "phase": "auto_complete", "target_ratio": ratio,
-                        "ratio_of": args.ratio_of,
-                        "wall_s": round(time.perf_counter() - start, 1), "exact_entries": profile.table.n_exact()})
+        if ("auto_complete", ratio) not in phases_done:
+            extra_log.emit({"model": args.model, "kind": "phase", "phase": "auto_complete", "target_ratio": ratio,
+                            "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
+                            "exact_entries": profile.table.n_exact()})
         for name in ALLOCATORS:
             plan = plan_from_allocation(calibration.adapter, profile, allocate(profile, ratio, name, args.ratio_of),
                                         {**config.to_dict(), "ratio": ratio, "allocator": name})
@@ -101,6 +121,21 @@ def main() -> None:
                                 "ratio_of": args.ratio_of,
                                 **reload_check(pruned, folder, tokenizer)})
             del pruned
+    write_profile_folder(saved, profile, overwrite=True)
+    if args.exact_check and not any(r["kind"] == "auto_vs_exact" for r in extra_log.records if r.get("model") == args.model):
+        start = time.perf_counter()
+        exact = measure_table(calibration, replace(config, profiler="exact"))
+        exact_s = round(time.perf_counter() - start, 1)
+        exact_profile = replace(profile, table=exact)
+        for ratio in ratios:
+            auto_choice = allocate(profile, ratio, "gap", args.ratio_of)
+            best = allocate(exact_profile, ratio, "gap", args.ratio_of)
+            extra_log.emit({"model": args.model, "kind": "auto_vs_exact", "target_ratio": ratio,
+                            "ratio_of": args.ratio_of, "exact_table_s": exact_s,
+                            "auto_exact_entries": profile.table.n_exact(), "exact_entries": exact.n_exact(),
+                            "same_plan": auto_choice.choice == best.choice,
+                            "auto_plan_exact_loss": auto_choice.predicted_loss(exact),
+                            "exact_plan_exact_loss": best.predicted_loss(exact)})
     if args.zeroshot_limit <= 0:
         return
     for name, subject in (("dense", model), (stage, None)):
