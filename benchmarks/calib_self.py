@@ -20,7 +20,8 @@ from result_log import ResultLog
 from settings import DATASETS, Window
 
 from gapprune.api import load, pruned_copy
-from gapprune.pipeline import Calibration, allocate, calibrate, complete_table, plan_from_allocation, profile_model
+from gapprune.pipeline import Calibration, allocate, calibrate, plan_from_allocation, profile_model
+from gapprune.profiling.tables import complete_table
 from gapprune.prune.plan import Plan
 
 

@@ -28,10 +28,10 @@ from gapprune.pipeline import (
     Calibration,
     allocate,
     calibrate,
-    complete_table,
     plan_from_allocation,
     profile_model,
 )
+from gapprune.profiling.tables import complete_table
 
 # method -> (criterion, compensation-aware table, compensate, sequential)
 METHODS: dict[str, tuple[str, bool, str, bool]] = {

@@ -34,11 +34,10 @@ from gapprune.pipeline import (
     Profile,
     allocate,
     calibrate,
-    complete_table,
-    measure_table,
     plan_from_allocation,
     profile_model,
 )
+from gapprune.profiling.tables import complete_table, measure_table
 
 
 def main() -> None:

@@ -26,15 +26,13 @@ from gapprune.pipeline import (
     Profile,
     allocate,
     calibrate,
-    complete_table,
-    decoder_param_count,
-    needs_loss_table,
     plan_from_allocation,
     profile_model,
     prune_model_,
     refine_allocation,
     timed,
 )
+from gapprune.profiling.tables import complete_table, needs_loss_table
 from gapprune.prune.compensate import GramStats
 from gapprune.prune.plan import Plan
 
@@ -118,7 +116,7 @@ def prune(
             profile = profile_model(calibration, config, checkpoint_dir)
         else:
             profile.check_matches(calibration, config)
-            profile.decoder_params = profile.decoder_params or decoder_param_count(adapter)  # older profiles lack it
+            profile.decoder_params = profile.decoder_params or adapter.decoder_params()  # older profiles lack it
             profile.timings = {**calibration.timings}
             if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
                 with timed(profile.timings, "profiling"):

@@ -5,6 +5,16 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, get_args, get_type_hints
 
+# Settings that decide a profile's numbers; a saved profile is reused only when they match.
+PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples",
+                    "seq_len", "seed", "channel_step", "table_compensation")
+# How the table is measured: part of a checkpoint's key, not of a profile's identity (any table of the same
+# model, data and settings can be reused; `auto` completes an estimated one where a plan needs it).
+TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
+# Settings added after profiles were first saved: left out of the fingerprint at these values, so
+# those profiles stay valid.
+LATER_SETTINGS = {"table_compensation": "none"}
+
 
 @dataclass(frozen=True)
 class PruneConfig:

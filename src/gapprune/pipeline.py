@@ -21,49 +21,23 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable
+from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable, budget_params
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.signals import layer_signals
-from gapprune.config import PruneConfig
+from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
-from gapprune.distributed import gather_table, shard_layers
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
-from gapprune.models.loading import default_cache_dir
-from gapprune.models.streaming import is_streamed
-from gapprune.profiling import build_loss_table
-from gapprune.profiling.auto import auto_table
-from gapprune.profiling.batched import (
-    Compensated,
-    Compensation,
-    Entries,
-    Measured,
-    build_loss_table_batched,
-    dense_base,
-    dense_head_reference,
-    measure_entries,
-)
-from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
+from gapprune.profiling.checkpoint import run_key
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
-from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.profiling.layer_major import build_loss_table_layer_major
-from gapprune.profiling.loss_table import calibration_tokens, option_grid
-from gapprune.prune import Plan, default_channel_step, make_plan
-from gapprune.prune.compensate import GramStats, compensated_projection, gram_hooks, prune_and_compensate_
+from gapprune.profiling.tables import measure_table, needs_loss_table
+from gapprune.prune import Plan, make_plan
+from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
 from gapprune.prune.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)
 
 PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
-# Settings that decide a profile's numbers; a saved profile is reused only when they match.
-PROFILE_SETTINGS = ("criterion", "metric", "calib", "calib_split", "calib_samples", "profile_samples",
-                    "seq_len", "seed", "channel_step", "table_compensation")
-# How the table is measured: part of a checkpoint's key, not of a profile's identity (any table of the same
-# model, data and settings can be reused; `auto` completes an estimated one where a plan needs it).
-TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
-# Settings added after profiles were first saved: left out of the fingerprint at these values, so
-# those profiles stay valid.
-LATER_SETTINGS = {"table_compensation": "none"}
 
 
 @contextmanager
@@ -193,132 +167,6 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
     return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
 
 
-def step_of(adapter: ModelAdapter, config: PruneConfig) -> int:
-    """MLP channels per option: the configured step, else the default for this width."""
-    return config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
-
-
-def needs_loss_table(config: PruneConfig) -> bool:
-    """Only GAP reads ΔL; the baselines need the options' parameter costs alone."""
-    return config.allocator == "gap"
-
-
-def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                  complete: bool = True) -> LossTable:
-    """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed.
-
-    `auto` without `complete` stops at the estimate: `complete_table` finishes it for a ratio later.
-    """
-    adapter, scores = calibration.adapter, calibration.scores
-    total = sum(p.numel() for p in adapter.model.parameters())
-    step = step_of(adapter, config)
-    if not needs_loss_table(config):
-        return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
-    if config.profiler == "fisher":
-        return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
-                                       batch_size=config.batch_size, seed=config.seed)
-    if config.compensation_aware and is_streamed(adapter.model):
-        raise ValueError("the compensation-aware table is not measured on a streamed model; drop "
-                         "--compensation-aware or load the model in memory (--offload off)")
-    if config.profiler == "auto" and not is_streamed(adapter.model):
-        estimate = screen_table(calibration, config)
-        return complete_table(calibration, estimate, config, total) if complete else estimate
-    if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
-        log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
-    key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
-                   "profile_tokens": calibration_tokens(calibration.profile_inputs)})
-    checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
-    done = checkpoint.load()
-    if done:
-        log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
-    layers = shard_layers(adapter.n_layers)  # this rank's start layers: all of them outside torchrun
-    # a streamed model reads each layer once: traverse the decoder once instead of once per start layer
-    build = build_loss_table_layer_major if is_streamed(adapter.model) else build_loss_table_batched
-    extra = {"compensation": table_compensation(calibration, config)} if config.compensation_aware else {}
-    table = build(adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
-                  mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=checkpoint.save, **extra)
-    table = gather_table(table, layers)
-    checkpoint.clear()
-    return table
-
-
-def table_compensation(calibration: Calibration, config: PruneConfig) -> Compensation | None:
-    """With `compensation_aware`, each option's output projection as `compensate` will leave it,
-    refitted out of sample.
-
-    The table's ΔL is measured on the first calibration windows, which lie in the first batch and
-    so in the half the saved model's refit is fitted on; measured there, a refit looks better than
-    it generalises (measured: the allocation then over-trusts compensation, 102.8 vs 96.1 WikiText-2
-    and 222.7 vs 167.1 PTB at 25%, docs/results.md). The table's refits are therefore fitted on the
-    other half, so each ΔL says what compensation does on tokens it was not fitted to.
-    """
-    if not config.compensation_aware:
-        return None
-    if calibration.gram is None:
-        raise ValueError("the compensation-aware table needs the Gram statistics of the calibration pass")
-    if config.profile_samples > config.batch_size:
-        log.warning("the profiling windows span %d calibration batches: the compensation-aware table is "
-                    "partly measured on its own fit", -(-config.profile_samples // config.batch_size))
-    adapter, gram = calibration.adapter, calibration.gram.swapped()
-
-    def compensated(layer: int, component: str, kept: list[int]) -> Compensated | None:
-        return compensated_projection(adapter, layer, component, kept, gram, config.compensate, config.ridge)
-
-    return compensated
-
-
-def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
-    """The auto profiler's estimate: the exact metric on the first `screen_samples` profiling windows.
-
-    Same replays, same metric, same option grid as the exact table, on a fraction of its tokens
-    (128 of 1,024 by default: ~9% of its time), so it is valid wherever the exact table is (unlike
-    a second-order estimate, which misses e.g. Gemma's whole-sub-block options). No entry is exact.
-    """
-    adapter = calibration.adapter
-    layers = shard_layers(adapter.n_layers)
-    table = build_loss_table_batched(adapter, calibration.profile_inputs.first(config.screen_samples),
-                                     calibration.scores, metric=config.metric, channel_step=step_of(adapter, config),
-                                     mlp_stride=config.mlp_stride, layers=layers,
-                                     desc=f"auto: screening ({config.screen_samples} window(s))",
-                                     compensation=table_compensation(calibration, config))
-    table = gather_table(table, layers)
-    assert table.exact is not None
-    for c in table.exact:
-        table.exact[c][:] = False
-    table.meta["profiler"] = "screen"
-    return table
-
-
-def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int) -> LossTable:
-    """Measure exactly the entries of `table` that can change the GAP plan at `config.ratio` (`auto`).
-
-    Starts from the estimates in `table` (the screen, Fisher, or a table completed for another ratio,
-    whose exact entries are kept) and measures, on the exact profiler's option grid, every entry that a
-    margin test says could beat a pick, until every pick is exact and no estimate can beat it.
-    """
-    if not table.measured:
-        raise ValueError("this profile holds parameter costs only (profiled for a baseline allocator); "
-                         "profile again for the gap allocator")
-    adapter, scores, inputs = calibration.adapter, calibration.scores, calibration.profile_inputs
-    device = next(adapter.model.parameters()).device
-    budget = budget_params(total_params, config.ratio, decoder_param_count(adapter), config.ratio_of)
-
-    reference = dense_head_reference(adapter, inputs, config.metric, device)
-    base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
-    compensation = table_compensation(calibration, config)
-
-    def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
-        return measure_entries(adapter, inputs, scores, table.options, entries, metric=config.metric,
-                               reference=reference, base=base, desc="auto: exact replays this round",
-                               compensation=compensation)
-
-    def solve(working: LossTable) -> dict[str, list[int]]:
-        return ALLOCATORS.get("gap")(working, None, budget).choice
-
-    grid = option_grid(adapter, table.meta.get("channel_step") or step_of(adapter, config), config.mlp_stride)
-    return auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)
-
-
 def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
                   complete: bool = True) -> Profile:
     """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
@@ -330,24 +178,7 @@ def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
     settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
     return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings,
-                   decoder_param_count(calibration.adapter))
-
-
-def decoder_param_count(adapter: ModelAdapter) -> int:
-    return sum(p.numel() for p in adapter.layers.parameters())
-
-
-def budget_params(total_params: int, ratio: float, decoder_params: int = 0, ratio_of: str = "model") -> int:
-    """Parameters to remove: `ratio` of all of them (`ratio_of` model) or of the decoder layers' (decoder,
-    for models whose embedding is most of the weights: Gemma 3 270M's is 63%)."""
-    if not 0 < ratio < 1:
-        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of the parameters), got {ratio}")
-    if ratio_of == "decoder":
-        if decoder_params <= 0:
-            raise ValueError("this profile was saved before decoder parameters were counted; profile again "
-                             "to prune with --ratio-of decoder")
-        return round(ratio * decoder_params)
-    return round(ratio * total_params)
+                   calibration.adapter.decoder_params())
 
 
 def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "model") -> Allocation:

@@ -2,7 +2,7 @@
 
 import sys
 
-import gapprune.pipeline
+import gapprune.profiling.tables
 from gapprune import distributed
 from gapprune.cli import main
 
@@ -12,5 +12,5 @@ def broken(*args: object, **kwargs: object) -> object:
 
 
 if distributed.rank() == 1:
-    gapprune.pipeline.build_loss_table_batched = broken
+    gapprune.profiling.tables.build_loss_table_batched = broken
 sys.exit(main(sys.argv[1:]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gapprune.allocate import ALLOCATORS, LossTable
-from gapprune.pipeline import budget_params, complete_table, profile_model
+from gapprune.allocate import ALLOCATORS, LossTable, budget_params
+from gapprune.pipeline import profile_model
+from gapprune.profiling.tables import complete_table
 from tests.helpers import tiny_config, tiny_run
 
 

@@ -98,3 +98,16 @@ def fit_fractions_to_budget(
         else:
             lo = mid
     return choose(hi)[0], hi
+
+
+def budget_params(total_params: int, ratio: float, decoder_params: int = 0, ratio_of: str = "model") -> int:
+    """Parameters to remove: `ratio` of all of them (`ratio_of` model) or of the decoder layers' (decoder,
+    for models whose embedding is most of the weights: Gemma 3 270M's is 63%)."""
+    if not 0 < ratio < 1:
+        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of the parameters), got {ratio}")
+    if ratio_of == "decoder":
+        if decoder_params <= 0:
+            raise ValueError("this profile was saved before decoder parameters were counted; profile again "
+                             "to prune with --ratio-of decoder")
+        return round(ratio * decoder_params)
+    return round(ratio * total_params)

@@ -153,6 +153,10 @@ class ModelAdapter(ABC):
     def mlp_option_params(self, layer: int, intermediate: int) -> int:
         """Exact parameters the MLP component holds with `intermediate` channels (norm included)."""
 
+    def decoder_params(self) -> int:
+        """Parameters of the decoder layers: what `--ratio-of decoder` takes its fraction of."""
+        return sum(p.numel() for p in self.layers.parameters())
+
     def component_params(self, layer: int, component: str) -> int:
         """Exact parameters currently held by one component (its linears, biases, its norm)."""
         return sum(p.numel() for p in self.component_module_params(layer, component))
