@@ -48,6 +48,7 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=64)
     p.add_argument("--zeroshot-limit", type=int, default=100, help="first N examples per task (0: skip zero-shot)")
     p.add_argument("--folders", default="runs/families", help="where the saved GAP lsq folder goes")
+    p.add_argument("--zeroshot-only", action="store_true", help="skip profiling and perplexities")
     p.add_argument("--exact-check", action="store_true",
                    help="also measure the exact table and compare its GAP plans with auto's (summed exact ΔL)")
     args = p.parse_args()
@@ -61,6 +62,8 @@ def main() -> None:
                    if r.get("model") == args.model and r.get("ratio_of", "model") == args.ratio_of}
     windows = [Window("wikitext2", windows=args.windows), Window("ptb", windows=args.windows)]
     ratios = [float(r) for r in args.ratios.split(",")]
+    stage = f"gap{int(ratios[0] * 100)}-of-{args.ratio_of}-lsq"
+    folder = Path(args.folders) / f"{args.model}-{stage}"
 
     model, tokenizer = load(args.model)
     # compensate lsq: the calibration collects the Gram statistics the lsq rows need
@@ -80,61 +83,60 @@ def main() -> None:
     def todo(allocator: str, compensate: str, ratio: float) -> list[Window]:
         return [w for w in windows if (allocator, compensate, ratio, w.dataset, w.windows) not in done]
 
-    emit_ppl("dense", "none", 0.0, (0.0, 0.0), perplexities(model, tokenizer, todo("dense", "none", 0.0), args.data_dir))
-    start = time.perf_counter()
-    calibration = calibrate(model, tokenizer, config)
-    saved = Path(args.folders) / f"{args.model}-profile"  # the grown table, for a later run of this script
-    if saved.exists():
-        profile = Profile.load(saved)
-        profile.check_matches(calibration, config)
-    else:
-        profile = profile_model(calibration, config, complete=False)
-        if ("calibration_and_screen", None) not in phases_done:
-            extra_log.emit({"model": args.model, "kind": "phase", "phase": "calibration_and_screen",
-                            "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
-                            **{k: round(v, 1) for k, v in profile.timings.items()}})
-    stage = f"gap{int(ratios[0] * 100)}-of-{args.ratio_of}-lsq"
-    folder = Path(args.folders) / f"{args.model}-{stage}"
-    for ratio in ratios:
+    if not args.zeroshot_only:  # perplexities, reload check, exact check
+        emit_ppl("dense", "none", 0.0, (0.0, 0.0), perplexities(model, tokenizer, todo("dense", "none", 0.0), args.data_dir))
         start = time.perf_counter()
-        profile.table = complete_table(calibration, profile.table, replace(config, ratio=ratio), profile.total_params)
-        if ("auto_complete", ratio) not in phases_done:
-            extra_log.emit({"model": args.model, "kind": "phase", "phase": "auto_complete", "target_ratio": ratio,
-                            "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
-                            "exact_entries": profile.table.n_exact()})
-        for name in ALLOCATORS:
-            plan = plan_from_allocation(calibration.adapter, profile, allocate(profile, ratio, name, args.ratio_of),
-                                        {**config.to_dict(), "ratio": ratio, "allocator": name})
-            achieved = (plan.summary["achieved_ratio"], plan.summary["decoder_ratio"])
-            if evals := todo(name, "none", ratio):
-                _, results = evaluate_plan(model, tokenizer, plan, evals, args.data_dir)
-                emit_ppl(name, "none", ratio, achieved, results)
-            if name != "gap" or not (todo("gap", "lsq", ratio) or (ratio == ratios[0] and not folder.exists())):
-                continue
-            pruned, _ = pruned_copy(model, plan, "lsq", calibration.gram, config.ridge, calibration.inputs)
-            emit_ppl("gap", "lsq", ratio, achieved,
-                     perplexities(pruned, tokenizer, todo("gap", "lsq", ratio), args.data_dir))
-            if ratio == ratios[0] and not folder.exists():
-                save(pruned, tokenizer, folder, extras=lambda f, p=plan: p.save(f / "plan.json"))
-                extra_log.emit({"model": args.model, "kind": "reload", "target_ratio": ratio,
-                                "ratio_of": args.ratio_of,
-                                **reload_check(pruned, folder, tokenizer)})
-            del pruned
-    write_profile_folder(saved, profile, overwrite=True)
-    if args.exact_check and not any(r["kind"] == "auto_vs_exact" for r in extra_log.records if r.get("model") == args.model):
-        start = time.perf_counter()
-        exact = measure_table(calibration, replace(config, profiler="exact"))
-        exact_s = round(time.perf_counter() - start, 1)
-        exact_profile = replace(profile, table=exact)
+        calibration = calibrate(model, tokenizer, config)
+        saved = Path(args.folders) / f"{args.model}-profile"  # the grown table, for a later run of this script
+        if saved.exists():
+            profile = Profile.load(saved)
+            profile.check_matches(calibration, config)
+        else:
+            profile = profile_model(calibration, config, complete=False)
+            if ("calibration_and_screen", None) not in phases_done:
+                extra_log.emit({"model": args.model, "kind": "phase", "phase": "calibration_and_screen",
+                                "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
+                                **{k: round(v, 1) for k, v in profile.timings.items()}})
         for ratio in ratios:
-            auto_choice = allocate(profile, ratio, "gap", args.ratio_of)
-            best = allocate(exact_profile, ratio, "gap", args.ratio_of)
-            extra_log.emit({"model": args.model, "kind": "auto_vs_exact", "target_ratio": ratio,
-                            "ratio_of": args.ratio_of, "exact_table_s": exact_s,
-                            "auto_exact_entries": profile.table.n_exact(), "exact_entries": exact.n_exact(),
-                            "same_plan": auto_choice.choice == best.choice,
-                            "auto_plan_exact_loss": auto_choice.predicted_loss(exact),
-                            "exact_plan_exact_loss": best.predicted_loss(exact)})
+            start = time.perf_counter()
+            profile.table = complete_table(calibration, profile.table, replace(config, ratio=ratio), profile.total_params)
+            if ("auto_complete", ratio) not in phases_done:
+                extra_log.emit({"model": args.model, "kind": "phase", "phase": "auto_complete", "target_ratio": ratio,
+                                "ratio_of": args.ratio_of, "wall_s": round(time.perf_counter() - start, 1),
+                                "exact_entries": profile.table.n_exact()})
+            for name in ALLOCATORS:
+                plan = plan_from_allocation(calibration.adapter, profile, allocate(profile, ratio, name, args.ratio_of),
+                                            {**config.to_dict(), "ratio": ratio, "allocator": name})
+                achieved = (plan.summary["achieved_ratio"], plan.summary["decoder_ratio"])
+                if evals := todo(name, "none", ratio):
+                    _, results = evaluate_plan(model, tokenizer, plan, evals, args.data_dir)
+                    emit_ppl(name, "none", ratio, achieved, results)
+                if name != "gap" or not (todo("gap", "lsq", ratio) or (ratio == ratios[0] and not folder.exists())):
+                    continue
+                pruned, _ = pruned_copy(model, plan, "lsq", calibration.gram, config.ridge, calibration.inputs)
+                emit_ppl("gap", "lsq", ratio, achieved,
+                         perplexities(pruned, tokenizer, todo("gap", "lsq", ratio), args.data_dir))
+                if ratio == ratios[0] and not folder.exists():
+                    save(pruned, tokenizer, folder, extras=lambda f, p=plan: p.save(f / "plan.json"))
+                    extra_log.emit({"model": args.model, "kind": "reload", "target_ratio": ratio,
+                                    "ratio_of": args.ratio_of,
+                                    **reload_check(pruned, folder, tokenizer)})
+                del pruned
+        write_profile_folder(saved, profile, overwrite=True)
+        if args.exact_check and not any(r["kind"] == "auto_vs_exact" for r in extra_log.records if r.get("model") == args.model):
+            start = time.perf_counter()
+            exact = measure_table(calibration, replace(config, profiler="exact"))
+            exact_s = round(time.perf_counter() - start, 1)
+            exact_profile = replace(profile, table=exact)
+            for ratio in ratios:
+                auto_choice = allocate(profile, ratio, "gap", args.ratio_of)
+                best = allocate(exact_profile, ratio, "gap", args.ratio_of)
+                extra_log.emit({"model": args.model, "kind": "auto_vs_exact", "target_ratio": ratio,
+                                "ratio_of": args.ratio_of, "exact_table_s": exact_s,
+                                "auto_exact_entries": profile.table.n_exact(), "exact_entries": exact.n_exact(),
+                                "same_plan": auto_choice.choice == best.choice,
+                                "auto_plan_exact_loss": auto_choice.predicted_loss(exact),
+                                "exact_plan_exact_loss": best.predicted_loss(exact)})
     if args.zeroshot_limit <= 0:
         return
     for name, subject in (("dense", model), (stage, None)):

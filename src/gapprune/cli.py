@@ -254,7 +254,8 @@ class EvalCommand:
         p.add_argument("--max-windows", type=int, default=None)
         p.add_argument("--tasks", default="", help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
         p.add_argument("--limit", type=int, default=None, help="first N examples per task")
-        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--batch-size", type=int, default=None,
+                       help="zero-shot examples per batch (default: 16, fewer for large vocabularies)")
         p.add_argument("--data-dir", default=None)
         p.add_argument("--device", default="cpu")
         p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")

@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from gapprune.evaluate.speed import measure_speed
-from gapprune.evaluate.zeroshot import TASKS, zero_shot
+from gapprune.evaluate.zeroshot import LOGITS_BUDGET_BYTES, TASKS, TYPICAL_TOKENS, default_batch_size, zero_shot
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -40,6 +40,13 @@ def test_lm_eval_runs_offline_on_local_files(tiny_with_tokenizer, data_dir):
     assert [r["task"] for r in records] == ["piqa", "arc_challenge", "winogrande"]
     assert [r["metric"] for r in records] == ["acc", "acc_norm", "acc"]
     assert all(0 <= r["value"] <= 1 and r["limit"] == 4 for r in records)
+
+
+def test_large_vocabularies_get_smaller_zero_shot_batches():
+    sizes = {vocab: default_batch_size(vocab) for vocab in (257, 49_152, 151_936, 262_144, 10**9)}
+    assert sizes[257] == sizes[49_152] == 16 and sizes[10**9] == 1
+    assert 16 > sizes[151_936] > sizes[262_144] > 1
+    assert all(b * v * TYPICAL_TOKENS * 4 <= LOGITS_BUDGET_BYTES for v, b in sizes.items() if b < 16 and v < 10**9)
 
 
 def test_unknown_task_and_missing_data_are_clear_errors(tiny_with_tokenizer, tmp_path):

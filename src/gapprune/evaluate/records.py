@@ -35,7 +35,7 @@ def eval_records(
     seq_len: int = 128,
     max_windows: int | None = None,
     limit: int | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     data_dir: str | None = None,
 ) -> list[Record]:
     """Perplexity on `datasets`, then zero-shot accuracy on `tasks` (lm-eval), one record each."""

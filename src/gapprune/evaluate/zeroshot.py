@@ -83,6 +83,16 @@ def write_task_configs(names: list[str], data_directory: str | Path | None, fold
         (folder / f"{PREFIX}{name}.yaml").write_text(json.dumps(_task_config(name, TASKS[name], data_file, tasks_root)))
 
 
+LOGITS_BUDGET_BYTES = 1 << 30  # float32 logits of one lm-eval batch (it holds a log-softmax copy too)
+TYPICAL_TOKENS = 256  # context + continuation of the longest requests of these tasks, about
+
+
+def default_batch_size(vocab_size: int) -> int:
+    """Examples per lm-eval batch: 16, fewer for large vocabularies, whose (batch, tokens, vocab) logits
+    would otherwise take tens of GB (Gemma 3's 262k vocabulary at 16 was killed on a 24 GB machine)."""
+    return max(1, min(16, LOGITS_BUDGET_BYTES // (vocab_size * TYPICAL_TOKENS * 4)))
+
+
 def zero_shot(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -90,10 +100,11 @@ def zero_shot(
     *,
     data_directory: str | Path | None = None,
     limit: int | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Accuracy per task as flat records {"task", "metric", "value", "stderr", "limit"}."""
+    """Accuracy per task as flat records {"task", "metric", "value", "stderr", "limit"}; `batch_size`
+    None: `default_batch_size` of the model's vocabulary."""
     try:
         from lm_eval import simple_evaluate
         from lm_eval.models.huggingface import HFLM
@@ -104,6 +115,7 @@ def zero_shot(
     with tempfile.TemporaryDirectory(prefix="gapprune-tasks-") as folder:
         write_task_configs(tasks, data_directory, Path(folder))
         manager = TaskManager(include_path=folder, include_defaults=True)
+        batch_size = batch_size or default_batch_size(int(model.config.vocab_size))
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
         results = simple_evaluate(
             model=lm, tasks=[PREFIX + t for t in tasks], task_manager=manager, limit=limit,
