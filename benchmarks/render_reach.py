@@ -9,7 +9,7 @@ TASKS = ["boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge"
 
 
 def command(record: dict) -> str:
-    return record["command"].replace("/tmp/snap2/", "").replace("/tmp/snap/", "")
+    return record["command"]
 
 
 def fmt_ppl(value: float) -> str:
@@ -43,7 +43,9 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
         if not rows:
             continue
         notes = [r for r in extra if r.get("model") == model]
-        meta = next(r for r in rows if r["allocator"] != "dense" and r.get("ratio_of") == "decoder")
+        meta = next((r for r in rows if r["allocator"] != "dense" and r.get("ratio_of") == "decoder"), None)
+        if meta is None:
+            continue
         windows = meta["windows"]
         lines += [f"### `{model}`", "",
                   f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}`. Benchmark calibration "
@@ -150,7 +152,8 @@ def recovery_best_section(records: list[dict]) -> list[str]:
     lines += [""]
     if ppl:
         lines += ["| stage | WikiText-2 | PTB |", "|---|---|---|"]
-        by = {(r["method"], r["dataset"]): r["ppl"] for r in records if r.get("kind") == "methods"}
+        by = {(r["method"], r["dataset"]): r["ppl"] for r in records
+              if r.get("kind") == "methods" and r["ratio"] == ppl[0]["ratio"] and r.get("calib_samples", 32) == 32}
         for method in ("obs+sequential", "obs+sequential+lora"):
             if (method, "wikitext2") in by and (method, "ptb") in by:
                 lines.append(f"| {method} | {by[(method, 'wikitext2')]:.2f} | {by[(method, 'ptb')]:.2f} |")
