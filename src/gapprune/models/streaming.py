@@ -326,6 +326,6 @@ def check_streamable(model: nn.Module, config: Any, plan: Any = None) -> None:
                          "(--offload off)")
     if config.criterion == "taylor":
         raise ValueError("the taylor criterion needs gradients of every layer at once; with --offload choose "
-                         "activation, fluctuation or magnitude")
+                         "obs, activation, fluctuation or magnitude")
     if config.refine:
         raise ValueError("--refine masks several layers at once; it does not run with --offload")
