@@ -54,8 +54,10 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                   f"test splits{' (BOS + 127 text tokens per window)' if meta.get('bos') else ''}. Cells: WikiText-2 / "
                   "PTB; GAP and the baselines without compensation, `gap + lsq` with the default sequential lsq. "
                   "The decoder-ratio runs shared the two cores with another benchmark (one thread each; `machine` in "
-                  "the records); the whole-model 25% row ran first, alone on two threads, and stopped at 50%, which "
-                  "this model cannot reach (`--ratio-of`).", ""]
+                  "the records)."
+                  + (" The whole-model 25% row ran first, alone on two threads, and stopped at 50%, which this model "
+                     "cannot reach (`--ratio-of`)." if any(r.get("ratio_of") == "model" and r["allocator"] != "dense"
+                                                         for r in rows) else ""), ""]
         dense = {r["dataset"]: r["ppl"] for r in rows if r["allocator"] == "dense"}
         if dense:
             lines += [f"Dense: {dense.get('wikitext2', float('nan')):.2f} / {dense.get('ptb', float('nan')):.2f}.", ""]
