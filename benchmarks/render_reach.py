@@ -90,6 +90,15 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                 f"{r['phase']}" + (f" at {100 * r['target_ratio']:.0f}%" if "target_ratio" in r else "")
                 + f" {r['wall_s']:.0f} s" + (f" ({r['exact_entries']} exact entries)" if "exact_entries" in r else "")
                 for r in phases) + ".", ""]
+        checks = [r for r in notes if r["kind"] == "auto_vs_exact"]
+        if checks:
+            lines += [f"Auto vs exact (`--exact-check`, {checks[0]['machine']}): the exact table measured all "
+                      f"{checks[0]['exact_entries']} entries in {checks[0]['exact_table_s']:.0f} s; auto had measured "
+                      f"{checks[0]['auto_exact_entries']} of them exactly after its 128-token screen. Summed exact ΔL of "
+                      "auto's GAP plan over the exact optimum: " + ", ".join(
+                          f"{100 * (r['auto_plan_exact_loss'] / r['exact_plan_exact_loss'] - 1):+.2f}% at "
+                          f"{100 * r['target_ratio']:.0f}%" + (" (same plan)" if r["same_plan"] else "")
+                          for r in checks) + ".", ""]
         for r in notes:
             if r["kind"] == "reload":
                 checks = "; ".join(f"`{way}`: logits {'identical' if c['identical_logits'] else 'DIFFERENT'}, greedy "
