@@ -8,10 +8,6 @@ from settings import ALLOCATORS
 TASKS = ["boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa"]
 
 
-def command(record: dict) -> str:
-    return record["command"]
-
-
 def fmt_ppl(value: float) -> str:
     return f"{value:.1f}" if value < 1e4 else f"{value:.2e}"
 
@@ -48,7 +44,7 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
             continue
         windows = meta["windows"]
         lines += [f"### `{model}`", "",
-                  f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}`. Benchmark calibration "
+                  f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. Benchmark calibration "
                   "(32 windows x 128 tokens of WikiText-2 validation, ΔL on the first 4), criterion `activation`, auto "
                   f"profiler, one table grown ratio by ratio. Perplexity: first {windows} windows of 128 tokens of the "
                   f"test splits{' (BOS + 127 text tokens per window)' if meta.get('bos') else ''}. Cells: WikiText-2 / "
@@ -125,7 +121,7 @@ def calib_section(records: list[dict]) -> list[str]:
     meta = records[0]
     cells = {(r["calib"], r.get("fit", r["calib"]), r["dataset"]): r["ppl"] for r in records}
     lines = ["## Data-free calibration (`--calib self`) vs WikiText-2 calibration", "",
-             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}` (the crossed rows with "
+             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}` (the crossed rows with "
              f"`--swap`). SmolLM2-135M, GAP at {100 * meta['ratio']:.0f}%, auto profiler, obs, sequential lsq, 32 "
              "windows x 128 tokens (ΔL on the first 4); only the calibration text differs: the plan's (scores, loss "
              "table) and the one lsq is fitted on. Perplexity on the first 256 windows of 128 tokens.", "",
@@ -152,7 +148,7 @@ def recovery_best_section(records: list[dict]) -> list[str]:
         return []
     meta = (ppl or [next(iter(next(iter(shots.values())).values()))])[0]
     lines = ["## Recovery from the best one-shot setting (obs + sequential lsq, then LoRA)", "",
-             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{command(meta)}`. SmolLM2-135M, GAP at 25% "
+             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. SmolLM2-135M, GAP at 25% "
              "(auto profiler, benchmark calibration, obs, sequential lsq), then LoRA on Alpaca."]
     lora = next((r for r in ppl if r.get("lora_steps")), None)
     if lora:

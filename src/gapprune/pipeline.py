@@ -215,7 +215,7 @@ def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Al
                          config: dict[str, Any]) -> Plan:
     table = profile.table
     plan = make_plan(adapter, profile.scores, allocation.options(table), allocation.losses(table), config)
-    decoder = sum(p.numel() for p in adapter.layers.parameters())
+    decoder = adapter.decoder_params()
     removed = plan.params_removed
     plan.summary = {
         "allocator": allocation.allocator,
