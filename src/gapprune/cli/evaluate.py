@@ -1,0 +1,143 @@
+"""`gapprune ppl | info | eval | bench`: measure a model (dense or pruned)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+class PplCommand:
+    """gapprune ppl MODEL --dataset wikitext2 --seq-len 2048: perplexity, printed and written as JSON."""
+
+    name = "ppl"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
+        p.add_argument("model")
+        p.add_argument("--dataset", default="wikitext2", help="wikitext2, ptb, or a .txt/.jsonl file")
+        p.add_argument("--split", default="test")
+        p.add_argument("--seq-len", type=int, default=2048)
+        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--batch-size", type=int, default=None)
+        p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--json", default=None, help="write the result to this JSON file")
+        p.set_defaults(run=PplCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import evaluate_ppl, load
+
+        model, tokenizer = load(args.model, device=args.device)
+        result = evaluate_ppl(
+            model, tokenizer, args.dataset, split=args.split, seq_len=args.seq_len,
+            max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
+        )
+        record = {"model": args.model, **result.to_record()}
+        print(json.dumps(record))
+        if args.json:
+            Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+        return 0
+
+
+class InfoCommand:
+    """gapprune info MODEL: architecture, per-layer shapes and parameter counts."""
+
+    name = "info"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(InfoCommand.name, help="show a model's architecture, per-layer shapes and parameters")
+        p.add_argument("model")
+        p.set_defaults(run=InfoCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.models import get_adapter
+
+        model, _ = load(args.model)
+        adapter = get_adapter(model)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"{model.config.architectures[0]}: {adapter.n_layers} layers, hidden {adapter.hidden}, {total:,} parameters")
+        for i, shape in enumerate(adapter.shapes()):
+            print(f"  layer {i:3d}: heads {shape.n_heads:3d}  kv {shape.n_kv_heads:3d}  mlp {shape.intermediate:6d}")
+        return 0
+
+
+class EvalCommand:
+    """gapprune eval MODEL --ppl wikitext2,ptb --tasks boolq,piqa,... [--limit N]."""
+
+    name = "eval"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(EvalCommand.name, help="perplexity and zero-shot accuracy (lm-evaluation-harness)")
+        p.add_argument("model")
+        p.add_argument("--ppl", default="wikitext2,ptb", help="comma-separated perplexity data sets ('' for none)")
+        p.add_argument("--seq-len", type=int, default=128)
+        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--tasks", default="", help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
+        p.add_argument("--limit", type=int, default=None, help="first N examples per task")
+        p.add_argument("--batch-size", type=int, default=None,
+                       help="zero-shot examples per batch (default: 16, fewer for large vocabularies)")
+        p.add_argument("--data-dir", default=None)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
+        p.set_defaults(run=EvalCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.evaluate.records import eval_records, eval_table
+
+        model, tokenizer = load(args.model, device=args.device)
+        records = eval_records(
+            model, tokenizer, args.model, datasets=[d for d in args.ppl.split(",") if d],
+            tasks=[t for t in args.tasks.split(",") if t], seq_len=args.seq_len, max_windows=args.max_windows,
+            limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
+        )
+        table = eval_table(records)
+        print(table)
+        if args.out:
+            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+            Path(args.out).with_suffix(".md").write_text(table + "\n")
+        return 0
+
+
+class BenchCommand:
+    """gapprune bench MODEL [--vs DENSE]: prefill latency, decode tokens/s, memory; speedup vs ideal."""
+
+    name = "bench"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(BenchCommand.name, help="measure speed and memory (optionally against the dense source)")
+        p.add_argument("model")
+        p.add_argument("--vs", default=None, help="the dense model to compare with")
+        p.add_argument("--batches", default="1,16")
+        p.add_argument("--prompt-tokens", type=int, default=512)
+        p.add_argument("--new-tokens", type=int, default=32)
+        p.add_argument("--repeats", type=int, default=3)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--out", default=None, help="write JSON records")
+        p.set_defaults(run=BenchCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load
+        from gapprune.evaluate.records import speed_line, speed_records
+
+        records = speed_records(
+            [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device)[0],
+            batches=[int(b) for b in args.batches.split(",")], prompt_tokens=args.prompt_tokens,
+            new_tokens=args.new_tokens, repeats=args.repeats, dense=args.vs,
+        )
+        for r in records:
+            print(speed_line(r))
+        if args.out:
+            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+        return 0

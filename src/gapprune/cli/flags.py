@@ -1,0 +1,23 @@
+"""Command-line flags built from the config dataclasses' fields (their help text included)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gapprune.config import config_fields
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    for name, default, required, help_text, kind in config_fields(cls):
+        if name in skip:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, required=required, help=help_text)
+
+
+def config_from(args: argparse.Namespace, cls: type) -> Any:
+    return cls(**{name: getattr(args, name) for name, *_ in config_fields(cls)})

@@ -1,0 +1,123 @@
+"""`gapprune prune` and `gapprune profile`: parse, call the library, print what was written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gapprune.cli.export import print_gguf, record_gguf_source
+from gapprune.cli.flags import add_config_flags, config_from
+from gapprune.config import PruneConfig, config_fields
+
+
+class PruneCommand:
+    """gapprune prune MODEL --ratio R --out DIR: profile, allocate, remove units, save the folder."""
+
+    name = "prune"
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(PruneCommand.name, help="prune a model and save it as a Hugging Face folder")
+        p.add_argument("model", help="hub id, local folder, .gguf file or alias (smollm2-135m)")
+        p.add_argument("--out", required=True, help="output folder (written atomically)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+        p.add_argument("--eval", default="", help="comma-separated data sets to measure perplexity on, dense vs pruned")
+        p.add_argument("--eval-seq-len", type=int, default=128, help="window length for --eval")
+        p.add_argument("--eval-windows", type=int, default=None, help="evaluate only the first N windows")
+        p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+        p.add_argument("--gguf", default=None, help="also write the pruned model as a llama.cpp GGUF file")
+        p.add_argument("--gguf-type", default="f16", help="GGUF tensor type: f32, f16, bf16, q8_0, q4_0, q4_k_m, ...")
+        p.add_argument("--profile", default=None,
+                       help="reuse the profile in this folder (a `gapprune profile` or earlier prune output) instead of profiling")
+        p.add_argument("--plan", default=None, help="apply this plan.json as it is (no profiling, no allocation)")
+        p.add_argument("--offload", choices=("auto", "on", "off"), default="auto",
+                       help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
+                       "(auto: when the weights would take over half the free memory)")
+        add_config_flags(p, PruneConfig)
+        p.set_defaults(run=PruneCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
+        from gapprune.distributed import is_main, setup
+        from gapprune.models.streaming import check_streamable
+        from gapprune.pipeline import Profile
+        from gapprune.prune.plan import Plan
+
+        config = config_from(args, PruneConfig)
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        if args.plan and args.profile:
+            raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
+        plan_in = Plan.load(args.plan) if args.plan else None
+        profile_in = Profile.load(args.profile) if args.profile else None
+        if args.gguf:
+            from gapprune.export.gguf import check_export_args
+
+            check_export_args(args.gguf, args.gguf_type, args.overwrite)
+        model, tokenizer = load(args.model, device=setup(config.device), offload=args.offload)  # setup: torchrun
+        check_streamable(model, config, plan_in)
+        record_gguf_source(model, args.model)
+        datasets = [d for d in args.eval.split(",") if d] if is_main() else []
+        kwargs = {"seq_len": args.eval_seq_len, "max_windows": args.eval_windows, "data_dir": config.data_dir}
+        evaluation = [
+            {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+        ]
+        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in)
+        if not is_main():  # torchrun: the other ranks only helped profile
+            return 0
+        evaluation += [
+            {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+        ]
+        out = write_pruned_folder(
+            args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots, overwrite=args.overwrite
+        )
+        s = plan.summary
+        print(
+            f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
+            f"({100 * s['achieved_ratio']:.2f}% of the model, {100 * s['decoder_ratio']:.2f}% of the decoder layers)"
+        )
+        for row in evaluation:
+            print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
+        print(f"saved to {out} (report: {out / 'report.md'})")
+        if args.gguf:
+            from gapprune.export.gguf import export_gguf
+
+            print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.gguf_type, overwrite=args.overwrite))
+        return 0
+
+
+class ProfileCommand:
+    """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
+
+    name = "profile"
+    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine")
+
+    @staticmethod
+    def add(sub: Any) -> None:
+        p = sub.add_parser(ProfileCommand.name, help="profile a dense model; prune it later with --profile DIR")
+        p.add_argument("model", help="hub id, local folder, .gguf file or alias (smollm2-135m)")
+        p.add_argument("--out", required=True, help="profile folder (written atomically)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+        add_config_flags(p, PruneConfig, skip=ProfileCommand.not_profile_settings)
+        p.set_defaults(run=ProfileCommand.run)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from gapprune.api import load, profile, write_profile_folder
+        from gapprune.distributed import is_main, setup
+
+        settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
+                    if name not in ProfileCommand.not_profile_settings}
+        config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
+        result = profile(model, tokenizer, config)
+        if not is_main():  # torchrun: the other ranks only helped profile
+            return 0
+        out = write_profile_folder(args.out, result, overwrite=args.overwrite)
+        print(f"profiled {result.table.n_layers} layers ({result.table.n_exact()} exact ΔL entries) in "
+              f"{sum(result.timings.values()):.0f} s; prune with: gapprune prune {args.model} --profile {out} --ratio R")
+        return 0
