@@ -21,7 +21,7 @@ from gapprune.api import evaluate_ppl, load, pruned_copy, write_profile_folder
 from gapprune.config import PruneConfig
 from gapprune.evaluate.perplexity import PerplexityResult
 from gapprune.pipeline import Calibration, Profile, calibrate, profile_model
-from gapprune.prune.compensate import GramStats
+from gapprune.calibrate.gram import GramStats
 from gapprune.prune.plan import Plan
 
 

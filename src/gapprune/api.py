@@ -33,7 +33,7 @@ from gapprune.pipeline import (
     timed,
 )
 from gapprune.profiling.tables import complete_table, needs_loss_table
-from gapprune.prune.compensate import GramStats
+from gapprune.calibrate.gram import GramStats
 from gapprune.prune.plan import Plan
 
 log = logging.getLogger(__name__)

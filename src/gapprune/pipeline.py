@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable, budget_params
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.gram import GramStats, gram_hooks
 from gapprune.calibrate.signals import layer_signals
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
@@ -32,7 +33,7 @@ from gapprune.profiling.checkpoint import run_key
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.tables import measure_table, needs_loss_table
 from gapprune.prune import Plan, make_plan
-from gapprune.prune.compensate import GramStats, gram_hooks, prune_and_compensate_
+from gapprune.prune.compensate import prune_and_compensate_
 from gapprune.prune.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)

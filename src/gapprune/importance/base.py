@@ -18,7 +18,7 @@ from gapprune.registry import Registry
 from gapprune.values import JsonValue
 
 if TYPE_CHECKING:
-    from gapprune.prune.compensate import GramStats
+    from gapprune.calibrate.gram import GramStats
 
 
 @dataclass

@@ -16,12 +16,11 @@ from typing import Any
 import torch
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.calibrate.gram import GramStats, gram_hook
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.prune.compensate import (
     COMPENSATIONS,
-    GramStats,
     add_summary,
-    gram_hook,
     new_summary,
     prune_component_and_compensate_,
     unit_columns,
