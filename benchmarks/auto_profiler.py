@@ -98,7 +98,8 @@ def main() -> None:
                                         "profiling_reused_s": exact_profile[1]}
         folders[("auto", ratio)], folders[("exact", ratio)] = auto_dir, exact_dir
 
-    from gapprune.api import evaluate_ppl, load
+    from gapprune.api import load
+    from gapprune.evaluate.perplexity import evaluate_ppl
 
     ppl: dict[tuple[str, float], float] = {}
     for key, folder in folders.items():

@@ -17,11 +17,11 @@ from settings import CALIBRATION, MODEL, PROFILE, Window
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.api import evaluate_ppl, load, pruned_copy, write_profile_folder
-from gapprune.config import PruneConfig
-from gapprune.evaluate.perplexity import PerplexityResult
-from gapprune.pipeline import Calibration, Profile, calibrate, profile_model
+from gapprune.api import load, pruned_copy, write_profile_folder
 from gapprune.calibrate.gram import GramStats
+from gapprune.config import PruneConfig
+from gapprune.evaluate.perplexity import PerplexityResult, evaluate_ppl
+from gapprune.pipeline import Calibration, Profile, calibrate, profile_model
 from gapprune.prune.plan import Plan
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from gapprune.config import PruneConfig
-from gapprune.pipeline import Calibration, Profile, calibrate_on, profile_model
+from gapprune.pipeline import Calibration, Profile, calibrate_on, plan_for, profile_model
+from gapprune.prune import Plan
 
 
 @dataclass
@@ -27,6 +28,11 @@ class TinyRun:
     @property
     def table(self):  # noqa: ANN201
         return self.profile.table
+
+    def plan(self, ratio: float, allocator: str, ratio_of: str = "model", profile: Profile | None = None) -> Plan:
+        """The orchestrator's plan from this run's (or the given) profile: numbers only, no re-profiling."""
+        return plan_for(self.config, profile=profile or self.profile, adapter=self.adapter, ratio=ratio,
+                        allocator=allocator, ratio_of=ratio_of)[0]
 
 
 def tiny_config(ids: torch.Tensor, **overrides: object) -> PruneConfig:

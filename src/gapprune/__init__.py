@@ -6,8 +6,9 @@
     gapprune.save(model, tokenizer, "pruned/")
 """
 
-from gapprune.api import evaluate_ppl, load, prune
+from gapprune.api import load, prune
 from gapprune.config import PruneConfig
+from gapprune.evaluate.perplexity import evaluate_ppl
 from gapprune.export.save import save
 from gapprune.prune.plan import Plan
 

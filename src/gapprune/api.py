@@ -14,73 +14,41 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.calibrate import LayerInputs
+from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
-from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
 from gapprune.distributed import is_main
-from gapprune.evaluate.perplexity import PerplexityResult, perplexity
 from gapprune.export.save import save, write_atomically
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import load_model
-from gapprune.pipeline import (
-    Profile,
-    allocate,
-    calibrate,
-    plan_from_allocation,
-    profile_model,
-    prune_model_,
-    refine_allocation,
-    timed,
-)
-from gapprune.profiling.tables import complete_table, needs_loss_table
-from gapprune.calibrate.gram import GramStats
+from gapprune.phases import timed
+from gapprune.pipeline import Profile, calibrate, plan_for, profile_model, prune_model_
 from gapprune.prune.plan import Plan
 
 log = logging.getLogger(__name__)
 
 
-def load(spec: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
+def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
          offload: str = "off") -> tuple[nn.Module, PreTrainedTokenizerBase]:
     """Load a dense or gapprune-pruned model (no remote code needed) and its tokenizer.
 
-    `offload` "on" leaves the decoder layers of a local safetensors folder on disk, read one at a
-    time (`models/streaming.py`); "auto" does so when the weights would take over half the free memory.
+    `dtype`: float32, bfloat16, float16 or auto/None (the checkpoint's own on a GPU, float32 on a
+    CPU); the weights keep it through surgery and saving. `offload` "on" leaves the decoder layers
+    of a local safetensors folder on disk, read one at a time (`models/streaming.py`); "auto" does
+    so when the run would take over half the free memory.
     """
     if offload != "off":
         from transformers import AutoTokenizer
 
-        from gapprune.models.loading import resolve_model_source
+        from gapprune.models.loading import read_config, resolve_dtype, resolve_model_source
         from gapprune.models.streaming import open_streamed, should_stream
 
         source = resolve_model_source(spec)
+        dtype = resolve_dtype(dtype, device, read_config(source))
         if should_stream(source, offload, dtype):
             log.info("streaming the decoder layers of %s from disk", source)
             return open_streamed(source, dtype=dtype, device=device), AutoTokenizer.from_pretrained(source)
     return load_model(spec, device=device, dtype=dtype)
-
-
-def evaluate_ppl(
-    model: nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    dataset: str,
-    *,
-    split: str = "test",
-    seq_len: int = 2048,
-    max_windows: int | None = None,
-    batch_size: int | None = None,
-    data_dir: str | None = None,
-    progress: bool = True,
-) -> PerplexityResult:
-    """Perplexity on a named data set or text file (whole split tokenised once; BOS per window when
-    the tokenizer adds one, recorded in the result)."""
-    ids = tokenize_text(load_text(dataset, split, data_dir), tokenizer)
-    bos = bos_token_id(tokenizer)
-    windows = consecutive_windows(ids, seq_len, max_windows, bos_id=bos)
-    batch = batch_size or max(1, 2048 // seq_len)
-    return perplexity(
-        model, windows, batch_size=batch, dataset=dataset, split=split, text_tokens=ids.numel(), progress=progress,
-        bos=bos is not None,
-    )
 
 
 def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
@@ -106,29 +74,14 @@ def prune(
     `profile`: a profile of this model measured before (it must match the model and settings);
     `plan`: apply this plan as it is (no profiling; calibration still runs when compensating).
     """
-    timings: dict[str, float] = {}
     needs_calibration = plan is None or config.compensate != "none"
     calibration = calibrate(model, tokenizer, config) if needs_calibration else None
     adapter = get_adapter(model)
     if plan is None:
-        assert calibration is not None
-        if profile is None:
-            profile = profile_model(calibration, config, checkpoint_dir)
-        else:
-            profile.check_matches(calibration, config)
-            profile.decoder_params = profile.decoder_params or adapter.decoder_params()  # older profiles lack it
-            profile.timings = {**calibration.timings}
-            if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
-                with timed(profile.timings, "profiling"):
-                    profile.table = complete_table(calibration, profile.table, config, profile.total_params)
-        with timed(profile.timings, "allocation"):
-            allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
-            if config.refine:
-                allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
-                                               config.mlp_stride, config.ratio_of)
-        plan = plan_from_allocation(adapter, profile, allocation, config.to_dict())
+        plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir)
         timings = profile.timings
     else:
+        timings = dict(calibration.timings) if calibration is not None else {}
         plan = Plan(plan.layers, {**plan.config, "compensate": config.compensate, "ridge": config.ridge},
                     dict(plan.summary))
     if not is_main():  # under torchrun only rank 0 changes the model (and writes it)

@@ -1,185 +1,74 @@
-"""The pruning pipeline: calibrate -> score -> profile ΔL -> allocate -> (refine) -> plan -> surgery.
+"""The one orchestrator: (model, calibration, profile, config) -> plan -> pruned model.
 
-Two kinds of value flow here. `Calibration` is live (the model's adapter, cached layer inputs, input
-statistics): it exists only while the model is in memory. Everything measured from it is numbers
-(`UnitScores`, `LayerSignals`, `LossTable`, `Allocation`, `Plan`) and saves to JSON, so a `Profile`
-folder serves several ratios and allocators, and a `plan.json` re-applies without profiling.
+calibrate -> score -> profile ΔL -> allocate -> (refine) -> plan -> surgery. `Calibration` is live
+(`profiling/calibration.py`); everything measured from it is numbers (`UnitScores`, `LayerSignals`,
+`LossTable`, `Allocation`, `Plan`) and saves to JSON, so a `Profile` folder serves several ratios
+and allocators, and a `plan.json` re-applies without profiling. The API, the CLI, the benchmarks and
+the tests all get their plans from `plan_for`, so there is one way the steps are put together.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
 
-from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals, LossTable, budget_params
-from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
-from gapprune.calibrate.gram import GramStats, gram_hooks
-from gapprune.calibrate.signals import layer_signals
-from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
-from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
-from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
+from gapprune.allocate import ALLOCATORS, Allocation
+from gapprune.calibrate import LayerInputs
+from gapprune.calibrate.gram import GramStats
+from gapprune.config import PruneConfig
 from gapprune.models import ModelAdapter, get_adapter
-from gapprune.profiling.checkpoint import run_key
+from gapprune.phases import timed
+from gapprune.profiling.calibration import Calibration, calibrate, calibrate_on, calibration_ids
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
-from gapprune.profiling.tables import measure_table, needs_loss_table
+from gapprune.profiling.profile import Profile, profile_model
+from gapprune.profiling.tables import complete_table, needs_loss_table
 from gapprune.prune import Plan, make_plan
 from gapprune.prune.compensate import prune_and_compensate_
 from gapprune.prune.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)
 
-PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
+__all__ = ["Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "calibration_ids", "plan_for",
+           "profile_model", "prune_model_", "refine_allocation"]
 
 
-@contextmanager
-def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
-    start = time.perf_counter()
-    yield
-    timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
-    log.info("%s took %.1f s", phase, timings[phase])
+def plan_for(config: PruneConfig, calibration: Calibration | None = None, profile: Profile | None = None, *,
+             adapter: ModelAdapter | None = None, checkpoint_dir: Path | None = None,
+             **overrides: Any) -> tuple[Plan, Profile]:
+    """The plan for `config` (with `overrides`, e.g. `ratio=0.5, allocator="owl"`) and the profile it used.
 
-
-@dataclass
-class Calibration:
-    """One dense pass over the calibration set, live: layer inputs, statistics, unit scores."""
-
-    adapter: ModelAdapter
-    ids: torch.Tensor  # (n, T) calibration token ids
-    inputs: LayerInputs
-    stats: CalibrationStats
-    scores: UnitScores
-    profile_inputs: LayerInputs  # the prefix of the calibration batches the loss table is measured on
-    gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
-        """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
-        settings = {name: getattr(config, name) for name in names
-                    if LATER_SETTINGS.get(name, object()) != getattr(config, name)}
-        shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
-                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
-        scores = json.dumps(self.scores.to_dict()).encode()
-        return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
-
-
-@dataclass
-class Profile:
-    """Everything measured on the dense model, as numbers: reusable for several ratios and allocators."""
-
-    scores: UnitScores
-    signals: LayerSignals
-    table: LossTable
-    total_params: int
-    fingerprint: str = ""
-    settings: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    decoder_params: int = 0  # the decoder layers' parameters (0: a profile saved before they were counted)
-
-    def budget(self, ratio: float, ratio_of: str = "model") -> int:
-        """Parameters a plan at `ratio` (of the whole model, or of the decoder layers) removes."""
-        return budget_params(self.total_params, ratio, self.decoder_params, ratio_of)
-
-    def save(self, folder: str | Path) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        meta = {"total_params": self.total_params, "decoder_params": self.decoder_params,
-                "fingerprint": self.fingerprint, "settings": self.settings, "timings": self.timings}
-        (folder / "profile.json").write_text(json.dumps(meta, indent=1) + "\n")
-        self.scores.save(folder / "scores.json")
-        self.signals.save(folder / "signals.json")
-        self.table.save(folder / "loss_table.json")
-
-    @classmethod
-    def load(cls, folder: str | Path) -> Profile:
-        folder = Path(folder)
-        missing = [name for name in PROFILE_FILES if not (folder / name).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{folder} is not a profile folder (missing {', '.join(missing)}); "
-                                    "pass the output folder of an earlier prune or profile run")
-        try:
-            meta = json.loads((folder / "profile.json").read_text())
-            return cls(UnitScores.load(folder / "scores.json"), LayerSignals.load(folder / "signals.json"),
-                       LossTable.load(folder / "loss_table.json"), int(meta["total_params"]), meta.get("fingerprint", ""),
-                       meta.get("settings", {}), meta.get("timings", {}), int(meta.get("decoder_params", 0)))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"{folder}/profile.json is not readable ({err}); profile again") from None
-
-    def check_matches(self, calibration: Calibration, config: PruneConfig) -> None:
-        """A profile measured on another model, data or settings must not silently steer this one."""
-        expected = calibration.fingerprint(config)
-        if self.fingerprint != expected:
-            changed = [name for name in PROFILE_SETTINGS
-                       if self.settings.get(name, LATER_SETTINGS.get(name)) != getattr(config, name)]
-            detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
-            raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
-                             "or use the same settings as the profile")
-        if config.profiler == "exact" and needs_loss_table(config) and self.table.meta.get("profiler") != "exact":
-            raise ValueError(f"the profile holds a {self.table.meta.get('profiler')} table, not an exact one; prune "
-                             "with profiler auto (it measures what the plan needs) or profile again with profiler exact")
-
-
-def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
-    """Calibration windows (n, T): seeded samples of a data set or file, or text the model writes."""
-    if config.calib == "self":
-        return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
-    text = load_text(config.calib, config.calib_split, config.data_dir)
-    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed,
-                          bos_id=bos_token_id(tokenizer))
-
-
-def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
-              gram: bool | None = None) -> Calibration:
-    """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores."""
-    timings: dict[str, float] = {}
-    with timed(timings, "calibration_data"):
-        ids = calibration_ids(model, tokenizer, config)
-    return calibrate_on(model, ids, config, gram, timings)
-
-
-def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
-                 timings: dict[str, float] | None = None) -> Calibration:
-    """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""
-    adapter = get_adapter(model)
-    timings = dict(timings or {})
-    stats = CalibrationStats()
-    wants_gram = config.compensate != "none" or config.criterion == "obs" or config.compensation_aware
-    grams = GramStats() if (wants_gram if gram is None else gram) else None
-    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
-
-    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
-        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
-
-    with timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
-    with timed(timings, "importance"):
-        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
-        scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
-    profile_inputs = inputs.first(config.profile_samples)
-    return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
-
-
-def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                  complete: bool = True) -> Profile:
-    """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
-    timings = dict(calibration.timings)
-    with timed(timings, "signals"):
-        signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.scores)
-    with timed(timings, "profiling"):
-        table = measure_table(calibration, config, checkpoint_dir, complete)
-    total = sum(p.numel() for p in calibration.adapter.model.parameters())
-    settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
-    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings,
-                   calibration.adapter.decoder_params())
+    Without a profile, one is measured from `calibration`. A given profile is checked against the
+    calibration, and with the `auto` profiler its table is completed for this ratio (the profile
+    keeps the grown table, so the next ratio measures less). Without a calibration the profile's
+    numbers alone decide (an exact or already completed table), and `adapter` names the model.
+    """
+    config = replace(config, **overrides) if overrides else config
+    adapter = adapter or (calibration.adapter if calibration is not None else None)
+    if adapter is None:
+        raise ValueError("plan_for needs a calibration or an adapter (the model the plan is for)")
+    if profile is None:
+        if calibration is None:
+            raise ValueError("plan_for needs a calibration to measure a profile, or a profile")
+        profile = profile_model(calibration, config, checkpoint_dir)
+    elif calibration is not None:
+        profile.check_matches(calibration, config)
+        profile.decoder_params = profile.decoder_params or adapter.decoder_params()  # older profiles lack it
+        profile.timings = {**calibration.timings, **profile.timings}
+        if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
+            with timed(profile.timings, "profiling"):
+                profile.table = complete_table(calibration, profile.table, config, profile.total_params)
+    with timed(profile.timings, "allocation"):
+        allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
+        if config.refine:
+            if calibration is None:
+                raise ValueError("refine re-profiles around the plan: it needs a calibration")
+            allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
+                                           config.mlp_stride, config.ratio_of)
+    return plan_from_allocation(adapter, profile, allocation, config.to_dict()), profile
 
 
 def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "model") -> Allocation:

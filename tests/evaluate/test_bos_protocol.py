@@ -6,9 +6,8 @@ import torch
 from tokenizers import processors
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gapprune.api import evaluate_ppl
 from gapprune.data import consecutive_windows, load_text, tokenize_text
-from gapprune.evaluate.perplexity import perplexity
+from gapprune.evaluate.perplexity import evaluate_ppl, perplexity
 
 
 def test_bos_protocol_is_applied_and_recorded(tiny_model_folder):

@@ -16,7 +16,6 @@ from gapprune.evaluate.records import (
     with_speedups,
 )
 from gapprune.evaluate.timing import median_seconds, timed_runs
-from gapprune.pipeline import allocate, plan_from_allocation
 from tests.helpers import tiny_run
 
 
@@ -83,7 +82,7 @@ def test_timed_runs_warm_up_then_repeat():
 
 def test_pruned_copy_leaves_the_dense_model_alone(llama, token_ids, tmp_path):
     run = tiny_run(llama, token_ids, checkpoint_dir=tmp_path, allocator="uniform")
-    plan = plan_from_allocation(run.adapter, run.profile, allocate(run.profile, 0.3, "uniform"), {"ratio": 0.3})
+    plan = run.plan(0.3, "uniform")
     dense = {name: p.clone() for name, p in llama.state_dict().items()}
     pruned, summary = pruned_copy(llama, plan)
     assert all(torch.equal(p, dense[name]) for name, p in llama.state_dict().items())

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import gapprune
 from gapprune.export import save
 from gapprune.models import get_adapter
-from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.pipeline import prune_model_
 from gapprune.prune.compensate import affine_error
 from tests.helpers import tiny_run
 
@@ -28,7 +28,7 @@ def kl_to(dense, model, ids):
 
 
 def pruned(model, run, method, ratio=0.3, ridge=0.1):
-    plan = plan_from_allocation(run.adapter, run.profile, allocate(run.profile, ratio, "uniform"), {"ratio": ratio})
+    plan = run.plan(ratio, "uniform")
     out = copy.deepcopy(model)
     summary = prune_model_(out, plan, method, run.calibration.gram, ridge)
     return out, plan, summary
@@ -58,8 +58,7 @@ def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
 
 def test_compensation_with_nothing_removed_changes_nothing(calibrated):
     model, ids, run = calibrated
-    plan = plan_from_allocation(run.adapter, run.profile, allocate(run.profile, 0.3, "uniform"),
-                                {"ratio": 0.3})
+    plan = run.plan(0.3, "uniform")
     for lp in plan.layers:  # keep everything
         lp.attn.kept = list(range(4))
         lp.mlp.kept = list(range(128))

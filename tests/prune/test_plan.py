@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
-from gapprune.pipeline import Profile, allocate, plan_from_allocation, prune_model_, refine_allocation
+from gapprune.pipeline import Profile, allocate, prune_model_, refine_allocation
 from gapprune.profiling.conditional import true_loss
 from gapprune.prune import Plan
 from tests.helpers import tiny_run
@@ -29,8 +29,7 @@ def profile(run):
 
 @pytest.mark.parametrize("allocator", ALLOCATORS.names())
 def test_every_allocator_meets_the_budget_and_surgery_matches_the_plan(llama, run, profile, allocator):
-    allocation = allocate(profile, 0.3, allocator)
-    plan = plan_from_allocation(run.adapter, profile, allocation, {"ratio": 0.3})
+    plan = run.plan(0.3, allocator, profile=profile)
     assert plan.summary["achieved_ratio"] >= 0.3
     model = copy.deepcopy(llama)
     prune_model_(model, plan)
@@ -44,7 +43,7 @@ def test_gap_minimises_the_predicted_loss_among_allocators(profile):
 
 
 def test_plan_round_trips_and_a_loaded_plan_gives_identical_logits(llama, run, profile, token_ids, tmp_path):
-    plan = plan_from_allocation(run.adapter, profile, allocate(profile, 0.4, "gap"), {"ratio": 0.4})
+    plan = run.plan(0.4, "gap", profile=profile)
     plan.save(tmp_path / "plan.json")
     loaded = Plan.load(tmp_path / "plan.json")
     assert loaded.to_dict() == plan.to_dict()
@@ -65,9 +64,9 @@ def test_budget_beyond_everything_prunable_is_a_clear_error(profile):
 def test_a_decoder_ratio_removes_that_fraction_of_the_decoder_layers(run, profile, allocator, tmp_path):
     decoder = sum(p.numel() for p in run.adapter.layers.parameters())
     assert profile.decoder_params == decoder < profile.total_params
-    plan = plan_from_allocation(run.adapter, profile, allocate(profile, 0.5, allocator, "decoder"), {"ratio": 0.5})
+    plan = run.plan(0.5, allocator, "decoder", profile=profile)
     assert plan.summary["decoder_ratio"] >= 0.5 and plan.summary["params_removed"] < 0.5 * profile.total_params
-    by_model = plan_from_allocation(run.adapter, profile, allocate(profile, 0.5, allocator), {"ratio": 0.5})
+    by_model = run.plan(0.5, allocator, profile=profile)
     assert by_model.summary["achieved_ratio"] >= 0.5 > plan.summary["achieved_ratio"]
     profile.save(tmp_path)
     assert Profile.load(tmp_path).budget(0.5, "decoder") == profile.budget(0.5, "decoder") == round(0.5 * decoder)

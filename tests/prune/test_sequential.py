@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gapprune.models import get_adapter
-from gapprune.pipeline import allocate, plan_from_allocation, prune_model_
+from gapprune.pipeline import prune_model_
 from gapprune.prune.plan import Plan
 from tests.helpers import tiny_run
 
@@ -21,7 +21,7 @@ def calibrated(llama):
 
 
 def uniform_plan(run, ratio=0.3):
-    return plan_from_allocation(run.adapter, run.profile, allocate(run.profile, ratio, "uniform"), {"ratio": ratio})
+    return run.plan(ratio, "uniform")
 
 
 def test_sequential_with_nothing_removed_changes_nothing(calibrated):

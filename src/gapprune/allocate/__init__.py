@@ -3,7 +3,7 @@
 To add one, write `fn(table: LossTable, signals: LayerSignals | None, budget_params: int) -> Allocation`
 in a module here, decorate it with `@ALLOCATORS.register("name")`, and import the module below. If it
 needs a per-layer signal that is not in `LayerSignals` yet, add the field there and compute it in
-`calibrate/signals.py`: nothing in this package may import the model, calibration or replay code.
+`profiling/signals.py`: nothing in this package may import the model, calibration or replay code.
 """
 
 from gapprune.allocate import baselines as _baselines  # noqa: F401  (registers uniform, global, depth, owl)

@@ -1,6 +1,6 @@
 """Per-layer numeric signals that baseline allocators read instead of the model.
 
-Calibration computes them (`calibrate/signals.py`) and hands them over as numbers, so every
+Profiling computes them (`profiling/signals.py`) and hands them over as numbers, so every
 allocator is a pure function of `(table, signals, budget)` and the whole bundle saves to JSON.
 """
 

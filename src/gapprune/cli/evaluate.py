@@ -29,7 +29,8 @@ class PplCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import evaluate_ppl, load
+        from gapprune.api import load
+        from gapprune.evaluate.perplexity import evaluate_ppl
 
         model, tokenizer = load(args.model, device=args.device)
         result = evaluate_ppl(

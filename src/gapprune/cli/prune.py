@@ -39,8 +39,9 @@ class PruneCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import evaluate_ppl, load, prune, write_pruned_folder
+        from gapprune.api import load, prune, write_pruned_folder
         from gapprune.distributed import is_main, setup
+        from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.models.streaming import check_streamable
         from gapprune.pipeline import Profile
         from gapprune.prune.plan import Plan

@@ -17,6 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
 
 
 @dataclass(frozen=True)
@@ -86,4 +89,28 @@ def perplexity(
         ppl=math.exp(nll),
         wall_s=round(time.perf_counter() - start, 2),
         bos=bos,
+    )
+
+
+def evaluate_ppl(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    dataset: str,
+    *,
+    split: str = "test",
+    seq_len: int = 2048,
+    max_windows: int | None = None,
+    batch_size: int | None = None,
+    data_dir: str | None = None,
+    progress: bool = True,
+) -> PerplexityResult:
+    """Perplexity on a named data set or text file (whole split tokenised once; BOS per window when
+    the tokenizer adds one, recorded in the result)."""
+    ids = tokenize_text(load_text(dataset, split, data_dir), tokenizer)
+    bos = bos_token_id(tokenizer)
+    windows = consecutive_windows(ids, seq_len, max_windows, bos_id=bos)
+    batch = batch_size or max(1, 2048 // seq_len)
+    return perplexity(
+        model, windows, batch_size=batch, dataset=dataset, split=split, text_tokens=ids.numel(), progress=progress,
+        bos=bos is not None,
     )

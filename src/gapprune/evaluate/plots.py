@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapprune.profiling.loss_table import LossTable
+from gapprune.allocate.table import LossTable
 from gapprune.prune.plan import Plan
 
 

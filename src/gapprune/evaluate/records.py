@@ -39,7 +39,7 @@ def eval_records(
     data_dir: str | None = None,
 ) -> list[Record]:
     """Perplexity on `datasets`, then zero-shot accuracy on `tasks` (lm-eval), one record each."""
-    from gapprune.api import evaluate_ppl
+    from gapprune.evaluate.perplexity import evaluate_ppl
 
     records = [ppl_record(model_name, evaluate_ppl(model, tokenizer, dataset, seq_len=seq_len, max_windows=max_windows,
                                                    data_dir=data_dir)) for dataset in datasets]

@@ -16,7 +16,7 @@ from pathlib import Path
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.export import modeling_gapprune
+from gapprune.models import modeling_gapprune
 from gapprune.models.streaming import is_streamed, save_streamed
 
 MODELING_FILE = "modeling_gapprune.py"

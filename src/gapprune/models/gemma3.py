@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from gapprune.export.modeling_gapprune import GEMMA3_NORMS, remove_sub_block_
 from gapprune.models.adapter import ADAPTERS
 from gapprune.models.llama import LlamaFamilyAdapter
+from gapprune.models.modeling_gapprune import GEMMA3_NORMS, remove_sub_block_
 
 
 @ADAPTERS.register_architecture("Gemma3ForCausalLM")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from gapprune.export.modeling_gapprune import RemovedAttention, RemovedMLP
 from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, Projections, slice_linear
+from gapprune.models.modeling_gapprune import RemovedAttention, RemovedMLP
 
 
 @ADAPTERS.register_architecture("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")

@@ -221,7 +221,7 @@ def load_model(
 
     Pruned folders written by gapprune load through its own modeling classes, no remote code needed.
     """
-    from gapprune.export.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
+    from gapprune.models.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
 
     start = time.perf_counter()
     source = resolve_model_source(spec, cache_dir)

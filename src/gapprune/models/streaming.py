@@ -202,8 +202,8 @@ def open_streamed(folder: str | Path, *, dtype: torch.dtype = torch.float32, dev
     """The model of a safetensors folder with its decoder layers left on disk (see the module docstring)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from gapprune.export.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
     from gapprune.models import get_adapter
+    from gapprune.models.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
 
     folder = Path(folder)
     _give_freed_memory_back()

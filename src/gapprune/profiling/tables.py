@@ -33,7 +33,7 @@ from gapprune.prune import default_channel_step
 from gapprune.prune.compensate import compensated_projection
 
 if TYPE_CHECKING:
-    from gapprune.pipeline import Calibration
+    from gapprune.profiling.calibration import Calibration
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,86 @@
+"""The dense calibration pass, live: layer inputs, channel statistics, Gram matrices and unit scores.
+
+A `Calibration` exists only while the model is in memory; everything measured from it (scores,
+signals, the loss table) is numbers and saves to JSON (`profiling/profile.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.gram import GramStats, gram_hooks
+from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
+from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
+from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
+from gapprune.models import ModelAdapter, get_adapter
+from gapprune.phases import timed
+from gapprune.profiling.checkpoint import run_key
+
+
+@dataclass
+class Calibration:
+    """One dense pass over the calibration set, live: layer inputs, statistics, unit scores."""
+
+    adapter: ModelAdapter
+    ids: torch.Tensor  # (n, T) calibration token ids
+    inputs: LayerInputs
+    stats: CalibrationStats
+    scores: UnitScores
+    profile_inputs: LayerInputs  # the prefix of the calibration batches the loss table is measured on
+    gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
+        """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
+        settings = {name: getattr(config, name) for name in names
+                    if LATER_SETTINGS.get(name, object()) != getattr(config, name)}
+        shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
+                 "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
+        scores = json.dumps(self.scores.to_dict()).encode()
+        return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
+
+
+def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
+    """Calibration windows (n, T): seeded samples of a data set or file, or text the model writes."""
+    if config.calib == "self":
+        return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
+    text = load_text(config.calib, config.calib_split, config.data_dir)
+    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed,
+                          bos_id=bos_token_id(tokenizer))
+
+
+def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
+              gram: bool | None = None) -> Calibration:
+    """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores."""
+    timings: dict[str, float] = {}
+    with timed(timings, "calibration_data"):
+        ids = calibration_ids(model, tokenizer, config)
+    return calibrate_on(model, ids, config, gram, timings)
+
+
+def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
+                 timings: dict[str, float] | None = None) -> Calibration:
+    """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""
+    adapter = get_adapter(model)
+    timings = dict(timings or {})
+    stats = CalibrationStats()
+    wants_gram = config.compensate != "none" or config.criterion == "obs" or config.compensation_aware
+    grams = GramStats() if (wants_gram if gram is None else gram) else None
+    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
+
+    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
+        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
+
+    with timed(timings, "capture"):
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
+    with timed(timings, "importance"):
+        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
+        scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
+    profile_inputs = inputs.first(config.profile_samples)
+    return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)

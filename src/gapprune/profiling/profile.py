@@ -1,0 +1,92 @@
+"""`Profile`: everything measured on the dense model, as numbers (scores, signals, the loss table).
+
+It saves to a folder and serves several ratios and allocators; a profile measured for another
+model, data or settings is refused (`check_matches`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gapprune.allocate import LayerSignals, LossTable, budget_params
+from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
+from gapprune.importance import UnitScores
+from gapprune.phases import timed
+from gapprune.profiling.calibration import Calibration
+from gapprune.profiling.signals import layer_signals
+from gapprune.profiling.tables import measure_table, needs_loss_table
+
+PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
+
+
+@dataclass
+class Profile:
+    """Everything measured on the dense model, as numbers: reusable for several ratios and allocators."""
+
+    scores: UnitScores
+    signals: LayerSignals
+    table: LossTable
+    total_params: int
+    fingerprint: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    decoder_params: int = 0  # the decoder layers' parameters (0: a profile saved before they were counted)
+
+    def budget(self, ratio: float, ratio_of: str = "model") -> int:
+        """Parameters a plan at `ratio` (of the whole model, or of the decoder layers) removes."""
+        return budget_params(self.total_params, ratio, self.decoder_params, ratio_of)
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        meta = {"total_params": self.total_params, "decoder_params": self.decoder_params,
+                "fingerprint": self.fingerprint, "settings": self.settings, "timings": self.timings}
+        (folder / "profile.json").write_text(json.dumps(meta, indent=1) + "\n")
+        self.scores.save(folder / "scores.json")
+        self.signals.save(folder / "signals.json")
+        self.table.save(folder / "loss_table.json")
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Profile:
+        folder = Path(folder)
+        missing = [name for name in PROFILE_FILES if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{folder} is not a profile folder (missing {', '.join(missing)}); "
+                                    "pass the output folder of an earlier prune or profile run")
+        try:
+            meta = json.loads((folder / "profile.json").read_text())
+            return cls(UnitScores.load(folder / "scores.json"), LayerSignals.load(folder / "signals.json"),
+                       LossTable.load(folder / "loss_table.json"), int(meta["total_params"]), meta.get("fingerprint", ""),
+                       meta.get("settings", {}), meta.get("timings", {}), int(meta.get("decoder_params", 0)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{folder}/profile.json is not readable ({err}); profile again") from None
+
+    def check_matches(self, calibration: Calibration, config: PruneConfig) -> None:
+        """A profile measured on another model, data or settings must not silently steer this one."""
+        expected = calibration.fingerprint(config)
+        if self.fingerprint != expected:
+            changed = [name for name in PROFILE_SETTINGS
+                       if self.settings.get(name, LATER_SETTINGS.get(name)) != getattr(config, name)]
+            detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
+            raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
+                             "or use the same settings as the profile")
+        if config.profiler == "exact" and needs_loss_table(config) and self.table.meta.get("profiler") != "exact":
+            raise ValueError(f"the profile holds a {self.table.meta.get('profiler')} table, not an exact one; prune "
+                             "with profiler auto (it measures what the plan needs) or profile again with profiler exact")
+
+
+def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                  complete: bool = True) -> Profile:
+    """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
+    timings = dict(calibration.timings)
+    with timed(timings, "signals"):
+        signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.scores)
+    with timed(timings, "profiling"):
+        table = measure_table(calibration, config, checkpoint_dir, complete)
+    total = sum(p.numel() for p in calibration.adapter.model.parameters())
+    settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
+    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings,
+                   calibration.adapter.decoder_params())
