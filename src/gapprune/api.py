@@ -51,6 +51,22 @@ def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
     return load_model(spec, device=device, dtype=dtype)
 
 
+def check_prunable(spec: str) -> None:
+    """Refuse, before any weights load, a model whose family gapprune cannot prune (one line, no traceback)."""
+    from gapprune.models.adapter import ADAPTERS
+    from gapprune.models.loading import read_config, resolve_model_source
+
+    ADAPTERS.adapter_class(read_config(resolve_model_source(spec)))
+
+
+def require_tokenizer(tokenizer: PreTrainedTokenizerBase | None, spec: str) -> PreTrainedTokenizerBase:
+    """Calibration reads text: a model folder saved without its tokenizer is refused before any work."""
+    if tokenizer is None:
+        raise ValueError(f"{spec} has no tokenizer (no tokenizer files in the folder); pruning calibrates on text: "
+                         "save the tokenizer into the folder (tokenizer.save_pretrained) or prune the original model")
+    return tokenizer
+
+
 def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
             checkpoint_dir: Path | None = None) -> Profile:
     """Measure the dense model once (scores, signals, loss table); `Profile.save` keeps it for reuse.

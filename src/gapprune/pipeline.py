@@ -60,7 +60,8 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
         profile.timings = {**calibration.timings, **profile.timings}
         if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
             with timed(profile.timings, "profiling"):
-                profile.table = complete_table(calibration, profile.table, config, profile.total_params)
+                profile.table = complete_table(calibration, profile.table, config, profile.total_params,
+                                               checkpoint_dir)
     with timed(profile.timings, "allocation"):
         allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
         if config.refine:

@@ -61,7 +61,8 @@ def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, c
     folder, text = tiny_model_folder
     assert main(prune_args(folder, text, tmp_path / "first")) == 0
     plan = tmp_path / "first" / "plan.json"
-    assert main(prune_args(folder, text, tmp_path / "again", "--plan", str(plan))) == 0
+    without_ratio = [a for a in prune_args(folder, text, tmp_path / "again", "--plan", str(plan)) if a not in ("--ratio", "0.3")]
+    assert main(without_ratio) == 0  # the plan carries its ratio
     assert torch.equal(logits(tmp_path / "first"), logits(tmp_path / "again"))
     assert json.loads(plan.read_text())["layers"] == json.loads((tmp_path / "again" / "plan.json").read_text())["layers"]
 
@@ -137,3 +138,36 @@ def test_a_killed_profile_resumes_and_ends_with_the_same_plan(tiny_model_folder,
     assert table["meta"]["resumed_layers"] == sorted(int(p.stem.split("_")[1]) for p in rows)
     assert (killed / "plan.json").read_bytes() == (tmp_path / "whole" / "plan.json").read_bytes()
     assert not list(cache.glob("tables/*/layer_*.json"))  # a finished table leaves no checkpoint behind
+
+
+KILL_AFTER_ROUNDS = """
+import os, signal, sys
+from gapprune.profiling.checkpoint import EntryCheckpoint
+from gapprune.cli import main
+saved = EntryCheckpoint.save_round
+def save_then_die(self, values):
+    saved(self, values)
+    os.kill(os.getpid(), signal.SIGKILL)
+EntryCheckpoint.save_round = save_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_auto_run_resumes_from_its_rounds_and_ends_with_the_same_plan(tiny_model_folder, tmp_path, cache):
+    """The auto profiler keeps its screen and every round's exact entries; a rerun replays none of them."""
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "whole")) == 0
+    assert not list(cache.glob("tables/*/*.json"))  # a finished run leaves no checkpoint behind
+    killed = tmp_path / "killed"
+    env = {**os.environ, "GAPPRUNE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", KILL_AFTER_ROUNDS, *prune_args(folder, text, killed)], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == -9, run.stderr[-2000:]
+    assert not killed.exists()
+    assert len(list(cache.glob("tables/*/screen.json"))) == 1 and len(list(cache.glob("tables/*/round_*.json"))) == 1
+    assert main(prune_args(folder, text, killed)) == 0
+    whole, resumed = (json.loads((d / "plan.json").read_text()) for d in (tmp_path / "whole", killed))
+    assert resumed["layers"] == whole["layers"]
+    assert json.loads((killed / "loss_table.json").read_text())["loss"] == \
+        json.loads((tmp_path / "whole" / "loss_table.json").read_text())["loss"]
+    assert not list(cache.glob("tables/*/*.json"))

@@ -8,10 +8,13 @@ from typing import Any
 from gapprune.config import config_fields
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
+                     optional: tuple[str, ...] = ()) -> None:
+    """One flag per config field; fields in `optional` default to None (the command fills them in)."""
     for name, default, required, help_text, kind in config_fields(cls):
         if name in skip:
             continue
+        required = required and name not in optional
         flag = "--" + name.replace("_", "-")
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)

@@ -34,30 +34,36 @@ class PruneCommand:
         p.add_argument("--offload", choices=("auto", "on", "off"), default="auto",
                        help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
                        "(auto: when the weights would take over half the free memory)")
-        add_config_flags(p, PruneConfig)
+        add_config_flags(p, PruneConfig, optional=("ratio",))  # --plan carries its own ratio
         p.set_defaults(run=PruneCommand.run)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import load, prune, write_pruned_folder
+        from gapprune.api import check_prunable, load, prune, require_tokenizer, write_pruned_folder
         from gapprune.distributed import is_main, setup
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.models.streaming import check_streamable
         from gapprune.pipeline import Profile
         from gapprune.prune.plan import Plan
 
-        config = config_from(args, PruneConfig)
-        if Path(args.out).exists() and not args.overwrite:
-            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
         if args.plan and args.profile:
             raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
         plan_in = Plan.load(args.plan) if args.plan else None
+        if args.ratio is None:
+            if plan_in is None:
+                raise ValueError("--ratio is required (the fraction of parameters to remove), unless --plan gives one")
+            args.ratio = float(plan_in.config.get("ratio") or plan_in.summary["achieved_ratio"])
+        config = config_from(args, PruneConfig)
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        check_prunable(args.model)
         profile_in = Profile.load(args.profile) if args.profile else None
         if args.gguf:
             from gapprune.export.gguf import check_export_args
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
         model, tokenizer = load(args.model, device=setup(config.device), offload=args.offload)  # setup: torchrun
+        require_tokenizer(tokenizer, args.model)
         check_streamable(model, config, plan_in)
         record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d] if is_main() else []
@@ -106,7 +112,7 @@ class ProfileCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import load, profile, write_profile_folder
+        from gapprune.api import check_prunable, load, profile, require_tokenizer, write_profile_folder
         from gapprune.distributed import is_main, setup
 
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
@@ -114,8 +120,9 @@ class ProfileCommand:
         config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        check_prunable(args.model)
         model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
-        result = profile(model, tokenizer, config)
+        result = profile(model, require_tokenizer(tokenizer, args.model), config)
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0
         out = write_profile_folder(args.out, result, overwrite=args.overwrite)

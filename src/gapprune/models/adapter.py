@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -203,17 +204,19 @@ class AdapterRegistry:
     def supported(self) -> list[str]:
         return sorted(self._by_architecture)
 
-    def for_model(self, model: nn.Module) -> ModelAdapter:
-        archs = getattr(model.config, "architectures", None) or [type(model).__name__]
-        arch = archs[0]
-        base = arch.removeprefix("Gappruned")
-        cls = self._by_architecture.get(base)
+    def adapter_class(self, config: Any, fallback: str = "") -> type[ModelAdapter]:
+        """The adapter class for a model config (`architectures[0]`); a clear error for any other family."""
+        arch = (getattr(config, "architectures", None) or [fallback])[0]
+        cls = self._by_architecture.get(arch.removeprefix("Gappruned"))
         if cls is None:
             raise ValueError(
                 f"unsupported architecture {arch!r}: gapprune supports {', '.join(self.supported())}. "
                 "Add an adapter in gapprune/models/ to support another family."
             )
-        return cls(model)
+        return cls
+
+    def for_model(self, model: nn.Module) -> ModelAdapter:
+        return self.adapter_class(model.config, type(model).__name__)(model)
 
 
 ADAPTERS = AdapterRegistry()

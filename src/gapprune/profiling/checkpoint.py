@@ -57,3 +57,59 @@ class LayerCheckpoint:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+Measured = dict[int, dict[str, dict[int, float]]]  # layer -> component -> option index -> ΔL
+
+
+class EntryCheckpoint:
+    """The auto profiler's progress under `root/key/`: the screen table and every exact entry measured.
+
+    A resumed run replays the same rounds (they are a function of the screen and the values
+    measured), taking each value from here instead of replaying it, so it ends with the same
+    table and plan as a run that was never killed.
+    """
+
+    def __init__(self, root: str | Path, key: str) -> None:
+        self.folder = Path(root) / key
+
+    def _write(self, name: str, data: Any) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.folder)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.folder / name)
+
+    def save_screen(self, table: dict[str, Any]) -> None:
+        self._write("screen.json", table)
+
+    def load_screen(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.folder / "screen.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save_round(self, values: Measured) -> None:
+        """One round's new exact values, in a file of its own (a kill loses at most the round in flight)."""
+        done = len(list(self.folder.glob("round_*.json"))) if self.folder.is_dir() else 0
+        data = {str(layer): {c: {str(k): v for k, v in ks.items()} for c, ks in per.items()}
+                for layer, per in values.items()}
+        self._write(f"round_{done:03d}.json", data)
+
+    def load_entries(self) -> Measured:
+        entries: Measured = {}
+        if not self.folder.is_dir():
+            return entries
+        for path in sorted(self.folder.glob("round_*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for layer, per in data.items():
+                for c, ks in per.items():
+                    entries.setdefault(int(layer), {}).setdefault(c, {}).update(
+                        {int(k): float(v) for k, v in ks.items()})
+        return entries
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

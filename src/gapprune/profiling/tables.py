@@ -25,7 +25,7 @@ from gapprune.profiling.batched import (
     dense_head_reference,
     measure_entries,
 )
-from gapprune.profiling.checkpoint import LayerCheckpoint, run_key
+from gapprune.profiling.checkpoint import EntryCheckpoint, LayerCheckpoint, run_key
 from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import calibration_tokens, option_grid
@@ -66,8 +66,16 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
         raise ValueError("the compensation-aware table is not measured on a streamed model; drop "
                          "--compensation-aware or load the model in memory (--offload off)")
     if config.profiler == "auto" and not is_streamed(adapter.model):
-        estimate = screen_table(calibration, config)
-        return complete_table(calibration, estimate, config, total) if complete else estimate
+        checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
+        saved = checkpoint.load_screen()
+        if saved is not None:
+            log.info("resuming the auto profiler from its saved screen")
+        estimate = LossTable.from_dict(saved) if saved is not None else screen_table(calibration, config)
+        checkpoint.save_screen(estimate.to_dict())
+        if not complete:
+            checkpoint.clear()
+            return estimate
+        return complete_table(calibration, estimate, config, total, checkpoint_dir)
     if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
         log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
@@ -134,7 +142,16 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     return table
 
 
-def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int) -> LossTable:
+def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None) -> EntryCheckpoint:
+    """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
+    key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
+                   "screen_samples": config.screen_samples,
+                   "profile_tokens": calibration_tokens(calibration.profile_inputs)})
+    return EntryCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
+
+
+def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int,
+                   checkpoint_dir: Path | None = None) -> LossTable:
     """Measure exactly the entries of `table` that can change the GAP plan at `config.ratio` (`auto`).
 
     Starts from the estimates in `table` (the screen, Fisher, or a table completed for another ratio,
@@ -152,13 +169,28 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
     compensation = table_compensation(calibration, config)
 
+    checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
+    saved = checkpoint.load_entries()  # entries a killed run measured: its rounds replay without replays
+
     def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
-        return measure_entries(adapter, inputs, scores, table.options, entries, metric=config.metric,
-                               reference=reference, base=base, desc="auto: exact replays this round",
-                               compensation=compensation)
+        todo = {layer: {c: [k for k in ks if k not in saved.get(layer, {}).get(c, {})] for c, ks in per.items()}
+                for layer, per in entries.items()}
+        todo = {layer: {c: ks for c, ks in per.items() if ks} for layer, per in todo.items()}
+        todo = {layer: per for layer, per in todo.items() if per}
+        fresh = measure_entries(adapter, inputs, scores, table.options, todo, metric=config.metric, reference=reference,
+                                base=base, desc="auto: exact replays this round",
+                                compensation=compensation) if todo else {}
+        if fresh:
+            checkpoint.save_round(fresh)
+        for layer, per in fresh.items():
+            for c, values in per.items():
+                saved.setdefault(layer, {}).setdefault(c, {}).update(values)
+        return {layer: {c: {k: saved[layer][c][k] for k in ks} for c, ks in per.items()} for layer, per in entries.items()}
 
     def solve(working: LossTable) -> dict[str, list[int]]:
         return ALLOCATORS.get("gap")(working, None, budget).choice
 
     grid = option_grid(adapter, table.meta.get("channel_step") or step_of(adapter, config), config.mlp_stride)
-    return auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)
+    completed = auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)
+    checkpoint.clear()
+    return completed
