@@ -1,30 +1,64 @@
-"""`gapprune tune`: recovery tuning of a pruned folder, saved in the same format."""
+"""`gapprune tune`: recovery tuning of a pruned folder (LoRA, or `--distill` from the unpruned
+model), saved in the same format.
+
+The two methods share flag names (`--data`, `--lr`, `--rank`, ...) with different defaults, so the
+flags are built from both configs with no argparse default: a config gets only the values given.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gapprune.cli.flags import add_config_flags, config_from
+from gapprune.config import config_fields
+
+
+def _add_union_flags(parser: argparse.ArgumentParser, configs: dict[str, type]) -> None:
+    """One flag per field of any config; help names each method's default where they differ."""
+    seen: dict[str, dict[str, Any]] = {}
+    for method, cls in configs.items():
+        for name, default, _, help_text, kind in config_fields(cls):
+            entry = seen.setdefault(name, {"help": help_text, "kind": kind, "defaults": {}})
+            entry["defaults"][method] = default
+    for name, entry in seen.items():
+        defaults = entry["defaults"]
+        shown = "; ".join(f"{m} default: {d}" for m, d in defaults.items())
+        if len(defaults) == 1:
+            shown = f"{next(iter(defaults))} only; default: {next(iter(defaults.values()))}"
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{entry['help']} ({shown})"
+        if entry["kind"] is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, type=entry["kind"], default=None, help=help_text)
+
+
+def _config(args: argparse.Namespace, cls: type) -> Any:
+    """`cls` from the flags that were given; the others keep the config's defaults."""
+    return cls(**{name: getattr(args, name) for name, *_ in config_fields(cls) if getattr(args, name) is not None})
 
 
 class TuneCommand:
-    """gapprune tune FOLDER --data alpaca --out DIR: LoRA recovery, merged, saved in the same format."""
+    """gapprune tune FOLDER --out DIR [--distill [--teacher MODEL]]: recovery, merged, saved in the same format."""
 
     name = "tune"
 
     @staticmethod
     def add(sub: Any) -> None:
-        from gapprune.tune.lora import TuneConfig
+        from gapprune.tune import DistillConfig, TuneConfig
 
-        p = sub.add_parser(TuneCommand.name, help="LoRA recovery tuning (peft), merged back into the weights")
+        p = sub.add_parser(TuneCommand.name, help="recovery tuning: LoRA on Alpaca, or --distill from the unpruned model")
         p.add_argument("model", help="a pruned folder (or any model gapprune loads)")
         p.add_argument("--out", required=True, help="output folder (written atomically)")
+        p.add_argument("--distill", action="store_true",
+                       help="distil the teacher's next-token distributions (KL) instead of LoRA on instruction data")
         p.add_argument("--checkpoint-dir", default=None, help="resumable checkpoint folder (default: OUT.ckpt)")
+        p.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint folder after saving")
         p.add_argument("--overwrite", action="store_true")
-        add_config_flags(p, TuneConfig)
+        _add_union_flags(p, {"lora": TuneConfig, "distill": DistillConfig})
         p.set_defaults(run=TuneCommand.run)
 
     @staticmethod
@@ -33,26 +67,39 @@ class TuneCommand:
 
         from gapprune.api import load
         from gapprune.export.save import save
-        from gapprune.tune.lora import TuneConfig, lora_tune, result_record
+        from gapprune.tune import DistillConfig, TuneConfig, distill, lora_tune
 
-        config = config_from(args, TuneConfig)
+        config = _config(args, DistillConfig if args.distill else TuneConfig)
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
         model, tokenizer = load(args.model)
         if tokenizer is None:
             raise ValueError(f"{args.model} has no tokenizer; tuning needs one")
         checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")
-        merged, result = lora_tune(model, tokenizer, config, checkpoint)
+        if args.distill:
+            merged, result = distill(model, tokenizer, config, checkpoint_dir=checkpoint)
+            summary = (f"distilled {result.steps} steps ({result.tokens} tokens) from {result.teacher} in "
+                       f"{result.wall_s:.0f} s; validation KL {_first_last(result.val_kl)}")
+        else:
+            merged, result = lora_tune(model, tokenizer, config, checkpoint)
+            summary = (f"tuned {result.steps} steps ({result.examples_seen} examples) in {result.wall_s:.0f} s; "
+                       f"validation loss {_first_last(result.val_loss)}")
 
         def extras(folder: Path) -> None:
             for name in ("plan.json", "report.md", "loss_table.json", "kept_fraction.png", "loss_table.png"):
                 if (Path(args.model) / name).is_file():
                     shutil.copyfile(Path(args.model) / name, folder / name)
-            (folder / "tune.json").write_text(json.dumps({"config": config.__dict__, **result_record(result)}, indent=1))
+            record = {"method": "distill" if args.distill else "lora", "config": asdict(config), **asdict(result)}
+            (folder / "tune.json").write_text(json.dumps(record, indent=1))
 
         out = save(merged, tokenizer, args.out, extras=extras, overwrite=args.overwrite)
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        print(f"tuned {result.steps} steps ({result.examples_seen} examples) in {result.wall_s:.0f} s; "
-              f"validation loss {result.val_loss[0][1] if result.val_loss else float('nan'):.4f} -> "
-              f"{result.val_loss[-1][1] if result.val_loss else float('nan'):.4f}; saved to {out}")
+        if not args.keep_checkpoint:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        print(f"{summary}; saved to {out}")
         return 0
+
+
+def _first_last(values: list[tuple[int, float]]) -> str:
+    if not values:
+        return "not measured"
+    return f"{values[0][1]:.4f} (step {values[0][0]}) -> {values[-1][1]:.4f} (step {values[-1][0]})"

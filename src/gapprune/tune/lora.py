@@ -68,6 +68,18 @@ def _mean_loss(model: nn.Module, examples: list[tuple[torch.Tensor, torch.Tensor
     return sum(losses) / max(len(losses), 1)
 
 
+def wrap_lora(model: nn.Module, rank: int, alpha: int, dropout: float) -> nn.Module:
+    """`model` with trainable LoRA adapters on every linear projection its adapter names (peft)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as err:
+        raise ImportError("LoRA tuning needs peft: pip install 'gapprune[tune]'") from err
+    present = {name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    targets = sorted(present & set(get_adapter(model).projection_names))
+    lora = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
 def lora_tune(
     model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: TuneConfig, checkpoint_dir: Path | None = None
 ) -> tuple[nn.Module, TuneResult]:
@@ -78,7 +90,7 @@ def lora_tune(
     import time
 
     try:
-        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+        from peft import set_peft_model_state_dict
         from peft.utils import get_peft_model_state_dict
     except ImportError as err:
         raise ImportError("LoRA tuning needs peft: pip install 'gapprune[tune]'") from err
@@ -94,11 +106,7 @@ def lora_tune(
         raise ValueError("no training examples left after the validation split; lower val_examples")
     dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
     model.to(dtype)
-    present = {name.split(".")[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    targets = sorted(present & set(get_adapter(model).projection_names))
-    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, target_modules=targets,
-                      task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, lora)
+    peft_model = wrap_lora(model, config.rank, config.alpha, config.dropout)
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr)
     steps_per_epoch = math.ceil(len(train) / config.batch_size)

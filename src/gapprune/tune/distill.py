@@ -1,0 +1,213 @@
+"""Recovery by distillation from the unpruned model (Minitron-style logit distillation).
+
+The student (the pruned model) learns the teacher's whole next-token distribution at every
+position: KL(teacher ‖ student), optionally plus the LM loss, on text with no evaluation data in
+it (`teacher_text.py`). Teacher logits are computed on the fly: one teacher forward costs about a
+third of a student step, less than generating and storing them once per window used once.
+LoRA adapters (merged at the end) or all parameters are trained; checkpoints hold the trained
+tensors, the optimiser and the RNG, so a killed run resumes to the same weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from gapprune.tune import checkpoint as ckpt
+from gapprune.tune.kd_loss import kl_full, kl_topk, lm_loss, teacher_topk
+from gapprune.tune.teacher import check_same_vocabulary, load_teacher, resolve_teacher
+from gapprune.tune.teacher_text import training_windows
+
+log = logging.getLogger(__name__)
+
+# Fields a resumed run may change: how long it runs and how often it reports, not what it learns.
+RESUMABLE_CHANGES = frozenset({"max_steps", "max_seconds", "epochs", "eval_every", "save_every"})
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    teacher: str | None = field(default=None, metadata={"help": "teacher model (default: the model the folder was pruned from, recorded in its config)"})
+    data: str = field(default="self", metadata={"help": "training text joined by +: self (teacher-written, cached), alpaca, or a .txt/.json/.jsonl file; evaluation sets are refused"})
+    data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA)"})
+    self_windows: int = field(default=1024, metadata={"help": "windows of teacher-written text (self)"})
+    self_len: int = field(default=512, metadata={"help": "tokens per teacher-written sequence (cut into windows)"})
+    cache_dir: str | None = field(default=None, metadata={"help": "teacher-text cache (default $GAPPRUNE_CACHE/teacher_text)"})
+    seq_len: int = field(default=256, metadata={"help": "tokens per training window"})
+    params: str = field(default="lora", metadata={"help": "what trains: lora (adapters, merged at the end) or all"})
+    rank: int = field(default=8, metadata={"help": "LoRA rank"})
+    alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
+    lr: float = field(default=0.0, metadata={"help": "AdamW learning rate (0: 1e-4 for all parameters, 5e-4 for LoRA)"})
+    warmup: int = field(default=10, metadata={"help": "linear warm-up steps, then a constant rate"})
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature of both models (loss scaled by T²)"})
+    top_k: int = field(default=0, metadata={"help": "KL over the teacher's top-k plus a tail bucket (0: full vocabulary)"})
+    lm_weight: float = field(default=0.0, metadata={"help": "weight of the LM loss added to the KL"})
+    batch_size: int = field(default=8, metadata={"help": "windows per optimiser step"})
+    micro_batch: int = field(default=4, metadata={"help": "windows per forward/backward (bounds memory)"})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training windows"})
+    max_steps: int = field(default=0, metadata={"help": "stop after this many steps (0: epochs decide)"})
+    max_seconds: float = field(default=0.0, metadata={"help": "stop after this much training time (0: no limit)"})
+    val_windows: int = field(default=16, metadata={"help": "held-out training windows for the validation KL"})
+    eval_every: int = field(default=50, metadata={"help": "steps between validation KLs"})
+    save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
+    seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
+
+    def __post_init__(self) -> None:
+        if self.params not in ("lora", "all"):
+            raise ValueError(f"params must be lora or all, got {self.params!r}")
+        if self.temperature <= 0 or self.top_k < 0 or self.lm_weight < 0:
+            raise ValueError("temperature must be positive, top_k and lm_weight non-negative")
+        if self.seq_len < 8 or self.batch_size <= 0 or self.micro_batch <= 0:
+            raise ValueError("seq_len (>= 8), batch_size and micro_batch must be positive")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr or (5e-4 if self.params == "lora" else 1e-4)
+
+
+@dataclass
+class DistillResult:
+    teacher: str
+    steps: int
+    tokens: int
+    train_loss: list[float]
+    val_kl: list[tuple[int, float]]
+    wall_s: float
+    data: dict[str, int]
+
+
+def _loss(student: nn.Module, teacher: nn.Module, ids: torch.Tensor, config: DistillConfig) -> torch.Tensor:
+    """Distillation loss of one micro-batch of windows (b, T)."""
+    with torch.no_grad():
+        t_logits = teacher(input_ids=ids).logits  # (b, T, V)
+    s_logits = student(input_ids=ids).logits  # (b, T, V)
+    if config.top_k:
+        values, top_ids = teacher_topk(t_logits, config.top_k, config.temperature)
+        loss = kl_topk(s_logits, values, top_ids, config.temperature)
+    else:
+        loss = kl_full(s_logits, t_logits, config.temperature)
+    if config.lm_weight:
+        loss = loss + config.lm_weight * lm_loss(s_logits, ids)
+    return loss
+
+
+@torch.no_grad()
+def validation_kl(student: nn.Module, teacher: nn.Module, windows: torch.Tensor, batch: int = 4) -> float:
+    """Mean full-vocabulary KL(teacher ‖ student) at T = 1 over held-out windows (n, T)."""
+    was_training = student.training
+    student.eval()
+    total = 0.0
+    for i in range(0, windows.shape[0], batch):
+        ids = windows[i : i + batch]
+        total += float(kl_full(student(input_ids=ids).logits, teacher(input_ids=ids).logits)) * ids.shape[0]
+    student.train(was_training)
+    return total / max(windows.shape[0], 1)
+
+
+def _trainable(student: nn.Module, config: DistillConfig) -> nn.Module:
+    """The module to train: LoRA-wrapped (peft) or the student itself with every parameter."""
+    if config.params == "all":
+        student.requires_grad_(True)
+        return student
+    from gapprune.tune.lora import wrap_lora
+
+    return wrap_lora(student, config.rank, config.alpha, dropout=0.0)
+
+
+def distill(
+    student: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    config: DistillConfig,
+    *,
+    teacher: nn.Module | None = None,
+    teacher_tokenizer: PreTrainedTokenizerBase | None = None,
+    checkpoint_dir: Path | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> tuple[nn.Module, DistillResult]:
+    """Distil `teacher` (default: the model `student` was pruned from) into `student`.
+
+    Returns the trained plain model (LoRA merged; same parameter count) and the training record.
+    `on_step(step, loss)` is called after every optimiser step (progress hooks, tests).
+    """
+    start = time.perf_counter()
+    if teacher is None:
+        teacher_id = config.teacher or resolve_teacher(student.config)
+        teacher, teacher_tokenizer = load_teacher(teacher_id)
+    else:
+        teacher_id = config.teacher or getattr(teacher.config, "_name_or_path", "") or "teacher"
+    check_same_vocabulary(teacher, teacher_tokenizer, student, tokenizer, teacher_id)
+    teacher.eval().requires_grad_(False)
+    from gapprune.models.loading import default_cache_dir
+
+    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
+    windows, counts = training_windows(
+        config.data, tokenizer, config.seq_len, teacher=teacher, teacher_id=teacher_id,
+        self_windows=config.self_windows, self_len=config.self_len, cache_dir=cache, data_dir=config.data_dir,
+        seed=config.seed,
+    )
+    order = torch.randperm(windows.shape[0], generator=torch.Generator().manual_seed(config.seed))
+    val, train = windows[order[: config.val_windows]], windows[order[config.val_windows :]]
+    if train.shape[0] < config.batch_size:
+        raise ValueError(f"{train.shape[0]} training windows are fewer than one batch of {config.batch_size}")
+    torch.manual_seed(config.seed)
+    model = _trainable(student, config)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    steps_per_epoch = train.shape[0] // config.batch_size
+    total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
+    result = DistillResult(teacher_id, 0, 0, [], [], 0.0, counts)
+    step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
+    model.train()
+    bar = tqdm(total=total_steps, initial=step, desc=f"distil ({config.params})", unit="step")
+    run_start = time.perf_counter()
+    while step < total_steps and not (config.max_seconds and time.perf_counter() - run_start > config.max_seconds):
+        epoch, offset = divmod(step, steps_per_epoch)
+        perm = list(range(train.shape[0]))
+        random.Random(config.seed + epoch).shuffle(perm)
+        batch = train[perm[offset * config.batch_size : (offset + 1) * config.batch_size]]  # (B, T)
+        lr = config.learning_rate * min(1.0, (step + 1) / max(config.warmup, 1))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = 0.0
+        for micro in batch.split(config.micro_batch):
+            loss = _loss(model, teacher, micro, config) * micro.shape[0] / batch.shape[0]
+            loss.backward()
+            loss_sum += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        result.steps, result.tokens = step, result.tokens + batch.numel()
+        result.train_loss.append(round(loss_sum, 5))
+        bar.set_postfix(loss=f"{loss_sum:.4f}", lr=f"{lr:.1e}")
+        bar.update()
+        if on_step is not None:
+            on_step(step, loss_sum)
+        last = step == total_steps
+        if val.shape[0] and (step % config.eval_every == 0 or last):
+            result.val_kl.append((step, round(validation_kl(model, teacher, val, config.micro_batch), 5)))
+            log.info("step %d: validation KL %.4f", step, result.val_kl[-1][1])
+        if checkpoint_dir is not None and (step % config.save_every == 0 or last):
+            ckpt.save(checkpoint_dir, model, optimizer, step, asdict(config), result)
+            saved = step
+    bar.close()
+    if checkpoint_dir is not None and step != saved:  # stopped by the time limit between saves
+        ckpt.save(checkpoint_dir, model, optimizer, step, asdict(config), result)
+    merged = model.merge_and_unload() if config.params == "lora" else model
+    merged.requires_grad_(False)
+    merged.eval()
+    result.wall_s = round(time.perf_counter() - start, 2)
+    return merged, result
+
+
+def result_record(result: DistillResult) -> dict[str, Any]:
+    return asdict(result)

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from gapprune.data import tokenize_text
+from gapprune.tune import DistillConfig, distill
+from gapprune.tune.distill import validation_kl
+from gapprune.tune.teacher_text import pack_windows
+from tests.tune.helpers import HELD_OUT, teacher_and_student, text_file
+
+
+def held_out_kl(student, teacher, tokenizer) -> float:
+    windows = pack_windows(tokenize_text(HELD_OUT, tokenizer), 32, None)
+    return validation_kl(student, teacher, windows)
+
+
+@pytest.mark.parametrize("settings", [
+    {"params": "all", "lr": 3e-3},
+    {"params": "lora", "lr": 1e-2, "rank": 4, "top_k": 16},
+])
+def test_distillation_lowers_held_out_kl_and_keeps_the_shape(tmp_path, settings):
+    teacher, student, tokenizer = teacher_and_student()
+    params = sum(p.numel() for p in student.parameters())
+    before = held_out_kl(student, teacher, tokenizer)
+    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=4, micro_batch=2, max_steps=20,
+                           val_windows=4, eval_every=10, warmup=2, **settings)
+    tuned, result = distill(student, tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    after = held_out_kl(tuned, teacher, tokenizer)
+    assert before > 0.1 and after < 0.8 * before
+    assert result.steps == 20 and result.tokens == 20 * 4 * 32
+    assert result.val_kl[-1][1] < result.val_kl[0][1]
+    assert sum(p.numel() for p in tuned.parameters()) == params
+    assert not any("lora" in name for name, _ in tuned.named_parameters())
+
+
+def test_teacher_text_is_generated_once_and_cached(tmp_path):
+    teacher, student, tokenizer = teacher_and_student()
+    config = DistillConfig(data="self", self_windows=12, self_len=64, cache_dir=str(tmp_path / "cache"), seq_len=32,
+                           batch_size=4, max_steps=1, val_windows=2, teacher="tiny")
+    _, first = distill(copy.deepcopy(student), tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    parts = sorted((tmp_path / "cache").rglob("part_*.pt"))
+    assert first.data == {"self": 12} and parts
+    stamps = [p.stat().st_mtime_ns for p in parts]
+    distill(copy.deepcopy(student), tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "cache").rglob("part_*.pt"))] == stamps
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("params", ["all", "lora"])
+def test_resume_after_a_kill_gives_the_same_weights(tmp_path, params):
+    teacher, student, tokenizer = teacher_and_student()
+    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, micro_batch=1, max_steps=7,
+                           save_every=2, eval_every=3, val_windows=2, params=params, lr=3e-3, rank=4)
+    kwargs = {"teacher": teacher, "teacher_tokenizer": tokenizer}
+    whole, whole_result = distill(copy.deepcopy(student), tokenizer, config, **kwargs)
+
+    def kill(step: int, loss: float) -> None:
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        distill(copy.deepcopy(student), tokenizer, config, checkpoint_dir=tmp_path / "ckpt", on_step=kill, **kwargs)
+    resumed, resumed_result = distill(copy.deepcopy(student), tokenizer, config, checkpoint_dir=tmp_path / "ckpt",
+                                      **kwargs)
+    assert resumed_result.steps == 7 and resumed_result.train_loss == whole_result.train_loss
+    assert resumed_result.val_kl == whole_result.val_kl
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    teacher, student, tokenizer = teacher_and_student()
+    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, max_steps=2, val_windows=2)
+    distill(copy.deepcopy(student), tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer,
+            checkpoint_dir=tmp_path / "ckpt")
+    other = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, max_steps=4, val_windows=2, lr=1e-3)
+    with pytest.raises(ValueError, match="other settings.*lr"):
+        distill(copy.deepcopy(student), tokenizer, other, teacher=teacher, teacher_tokenizer=tokenizer,
+                checkpoint_dir=tmp_path / "ckpt")
