@@ -24,9 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import parser
-from result_log import ResultLog
-from settings import RATIOS, Window
+from common import RATIOS, ResultLog, Window, parser
 
 from gapprune.allocate import LossTable
 

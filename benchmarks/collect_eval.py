@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from result_log import machine
+from common import machine
 
 
 def ratio_of(model: str) -> float:

@@ -1,97 +1,115 @@
-"""What the SmolLM2 benchmarks do alike: parse the shared flags, calibrate with the shared settings,
-reuse one dense profile, and "copy the dense model, apply a plan, measure perplexity".
+"""What the benchmarks share: settings, flags, resumable result files, the dense profile, perplexity.
 
-Every benchmark that compares plans calibrates with `bench_config` and reuses one profile folder
-(`settings.PROFILE`), so their loss tables, scores and signals are the same numbers.
+Change a number here and every benchmark and `render.py` follow; the records in docs/results/ were
+measured with these values. Every plan-comparing study calibrates with `bench_config` and reuses
+one dense profile folder (`PROFILE`), so their loss tables, scores and signals are the same numbers.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+import json
+import platform
+import sys
+from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from settings import CALIBRATION, MODEL, PROFILE, Window
-from torch import nn
-from transformers import PreTrainedTokenizerBase
 
-from gapprune.api import load, pruned_copy, write_profile_folder
-from gapprune.calibrate.gram import GramStats
-from gapprune.config import PruneConfig
-from gapprune.evaluate.perplexity import PerplexityResult, evaluate_ppl
-from gapprune.pipeline import Calibration, Profile, calibrate, profile_model
-from gapprune.prune.plan import Plan
+MODEL = "smollm2-135m"
+PROFILE = "runs/bench_profile"  # the dense exact profile the SmolLM2 studies reuse (written by the first)
+# Calibration: 32 windows x 128 tokens of WikiText-2 validation for statistics, the first 4 (512 tokens) for ΔL.
+CALIBRATION: dict[str, Any] = {"criterion": "activation", "metric": "kl", "calib": "wikitext2", "calib_split": "validation",
+                               "calib_samples": 32, "profile_samples": 4, "seq_len": 128, "batch_size": 4, "mlp_stride": 4}
+ALLOCATORS = ["gap", "uniform", "global", "depth", "owl"]
+RATIOS = [0.125, 0.25, 0.375, 0.5]
+DATASETS = ["wikitext2", "ptb"]
+TASKS = ["boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa"]
 
 
-def parser(description: str | None, out: str) -> argparse.ArgumentParser:
+class Window(NamedTuple):
+    """Which perplexity: the first `windows` windows of `seq_len` tokens (None: all) of a split."""
+
+    dataset: str
+    seq_len: int = 128
+    windows: int | None = 256  # first windows of each test split: the numbers quoted in the README
+    split: str = "test"
+
+
+# The allocator comparison: WikiText-2 and PTB at 128 tokens, WikiText-2 at 2048.
+ALLOCATOR_WINDOWS = [Window("wikitext2"), Window("ptb"), Window("wikitext2", 2048, 16)]
+
+
+def machine(device: str = "cpu") -> str:
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else \
+        f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+    return f"{where}, torch {torch.__version__}"
+
+
+class ResultLog:
+    """A list of flat records in a JSON file, rewritten after each record so a killed run keeps its results.
+
+    Every record gets the date, machine and command. `resume`: keep the records already in the file
+    (`done` finds them), else start it afresh.
+    """
+
+    def __init__(self, path: str | Path, device: str = "cpu", resume: bool = True) -> None:
+        self.path = Path(path)
+        self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if resume and self.path.exists() else []
+        self.meta = {"date": str(date.today()), "machine": machine(device), "command": "python " + " ".join(sys.argv)}
+
+    def emit(self, record: dict[str, Any]) -> None:
+        record = {**record, **self.meta}
+        print(json.dumps(record), flush=True)
+        self.records.append(record)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.records, indent=1) + "\n")
+
+    def done(self, **labels: Any) -> bool:
+        """Whether a record with these fields is in the file."""
+        return any(all(k in r and r[k] == v for k, v in labels.items()) for r in self.records)
+
+
+def parser(description: str | None, out: str | None = None) -> argparse.ArgumentParser:
     """--model, --data-dir and --out, with the shared defaults."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=MODEL)
     p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
-    p.add_argument("--out", default=out)
+    p.add_argument("--out", default=out, required=out is None)
     return p
 
 
-def add_profile_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=PROFILE, help="dense profile folder: reused when it exists, else written")
-
-
-def bench_config(data_dir: str | None, **overrides: Any) -> PruneConfig:
+def bench_config(data_dir: str | None, **overrides: Any):  # type: ignore[no-untyped-def]
     """The benchmarks' pruning settings; `ratio` and `allocator` are per plan, not part of the profile."""
+    from gapprune.config import PruneConfig
+
     return PruneConfig(**{"ratio": 0.25, "allocator": "gap", "compensate": "none", "data_dir": data_dir,
                           **CALIBRATION, **overrides})
 
 
-def calibrate_and_profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
-                          folder: str | Path) -> tuple[Calibration, Profile, bool]:
-    """The dense calibration (for Gram statistics and refinement) and the shared profile.
+def perplexity(model: torch.nn.Module, tokenizer: Any, window: Window, data_dir: str | None) -> dict[str, Any]:
+    """One perplexity as a flat record (dataset, split, seq_len, windows, tokens, ppl, wall_s, bos, ...)."""
+    from gapprune.evaluate.perplexity import evaluate_ppl
 
-    The profile is read from `folder` when it exists (it must match the model and settings), else
-    measured and saved there. The flag says whether it was measured now.
-    """
-    calibration = calibrate(model, tokenizer, config)
-    if Path(folder).exists():
-        profile = Profile.load(folder)
-        profile.check_matches(calibration, config)
-        return calibration, profile, False
-    profile = profile_model(calibration, config)
-    write_profile_folder(folder, profile)
-    return calibration, profile, True
-
-
-def perplexities(model: nn.Module, tokenizer: PreTrainedTokenizerBase, windows: Iterable[Window],
-                 data_dir: str | None, progress: bool = True) -> list[tuple[Window, PerplexityResult]]:
-    return [(w, evaluate_ppl(model, tokenizer, w.dataset, split=w.split, seq_len=w.seq_len, max_windows=w.windows,
-                             data_dir=data_dir, progress=progress)) for w in windows]
-
-
-def evaluate_plan(dense: nn.Module, tokenizer: PreTrainedTokenizerBase, plan: Plan, windows: Iterable[Window],
-                  data_dir: str | None, *, compensate: str = "none", gram: GramStats | None = None, ridge: float = 1.0,
-                  progress: bool = True) -> tuple[dict[str, Any], list[tuple[Window, PerplexityResult]]]:
-    """Prune a copy of `dense` by `plan`, measure its perplexities, drop the copy.
-
-    Returns the surgery summary (compensation counts and `wall_s`) and one result per window spec.
-    """
-    pruned, summary = pruned_copy(dense, plan, compensate, gram, ridge)
-    results = perplexities(pruned, tokenizer, windows, data_dir, progress)
-    del pruned
-    return summary, results
+    return evaluate_ppl(model, tokenizer, window.dataset, split=window.split, seq_len=window.seq_len,
+                        max_windows=window.windows, data_dir=data_dir).to_record()
 
 
 @torch.inference_mode()
-def reload_check(model: torch.nn.Module, folder: Path, tokenizer) -> dict:  # type: ignore[no-untyped-def]
+def reload_check(model: torch.nn.Module, folder: Path, tokenizer: Any) -> dict[str, Any]:
     """Logits and greedy text of the saved folder, loaded both ways, against the in-memory pruned model."""
     from transformers import AutoModelForCausalLM
 
+    from gapprune.api import load
+
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
-    expected = model(input_ids=ids).logits
-    text = model.generate(ids, max_new_tokens=8, do_sample=False)
+    expected, text = model(input_ids=ids).logits, model.generate(ids, max_new_tokens=8, do_sample=False)
     result = {}
     for way, loaded in (("gapprune.load", load(str(folder))[0]),
                         ("from_pretrained(trust_remote_code=True)",
                          AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval())):
         result[way] = {"identical_logits": bool(torch.equal(loaded(input_ids=ids).logits, expected)),
-                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8, do_sample=False), text))}
+                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8,
+                                                                                   do_sample=False), text))}
     return {"reload": result, "params": sum(p.numel() for p in model.parameters())}

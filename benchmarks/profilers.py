@@ -22,20 +22,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import bench_config, evaluate_plan
-from result_log import ResultLog
-from settings import CALIBRATION, Window
+from common import CALIBRATION, ResultLog, Window, bench_config, perplexity
 
 from gapprune.allocate import LayerSignals, LossTable
-from gapprune.api import load
+from gapprune.api import load, pruned_copy
 from gapprune.calibrate.capture import move_kwargs, run_layer
 from gapprune.evaluate.timing import median_seconds, synchronize
 from gapprune.models import COMPONENTS
-from gapprune.pipeline import Profile, allocate, calibrate_on, calibration_ids, plan_from_allocation
+from gapprune.pipeline import Profile, allocate, calibrate_on, calibration_ids, plan_for
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher, rank_correlation
 from gapprune.profiling.head import logsumexp_logits
-from gapprune.profiling.loss_table import build_loss_table, dense_reference
+from gapprune.profiling.head import dense_reference
+from gapprune.profiling.loss_table import build_loss_table
 from gapprune.prune import default_channel_step
 
 BATCH = CALIBRATION["batch_size"]  # windows per forward pass: 512 tokens
@@ -51,9 +50,9 @@ class Study:
         self.args = args
         self.device = torch.device(args.device)
         self.model, self.tokenizer = load(args.model, device=args.device)
-        config = bench_config(args.data_dir, calib_samples=windows, profile_samples=windows, batch_size=BATCH,
-                              device=args.device)
-        self.calibration = calibrate_on(self.model, calibration_ids(self.model, self.tokenizer, config), config)
+        self.config = bench_config(args.data_dir, calib_samples=windows, profile_samples=windows, batch_size=BATCH,
+                                   device=args.device)
+        self.calibration = calibrate_on(self.model, calibration_ids(self.model, self.tokenizer, self.config), self.config)
         self.adapter, self.ids, self.scores = self.calibration.adapter, self.calibration.ids, self.calibration.scores
         self.step = default_channel_step(self.adapter.layer_shape(0).intermediate)
         self.total = sum(p.numel() for p in self.model.parameters())
@@ -82,11 +81,10 @@ class Study:
         choice = self.plan_choice(table, ratio)
         key = (ratio, json.dumps(choice))
         if key not in self.ppl_cache:
-            profile = self.profile(table)
-            plan = plan_from_allocation(self.adapter, profile, allocate(profile, ratio, "gap"), {"ratio": ratio})
-            _, [(_, result)] = evaluate_plan(self.model, self.tokenizer, plan, [Window("wikitext2", SEQ_LEN, self.args.windows)],
-                                             self.args.data_dir, progress=False)
-            self.ppl_cache[key] = result.ppl
+            plan, _ = plan_for(self.config, None, self.profile(table), adapter=self.adapter, ratio=ratio)
+            pruned, _ = pruned_copy(self.model, plan)
+            self.ppl_cache[key] = perplexity(pruned, self.tokenizer, Window("wikitext2", SEQ_LEN, self.args.windows),
+                                             self.args.data_dir)["ppl"]
         return self.ppl_cache[key]
 
 
@@ -171,7 +169,7 @@ def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
     study = Study(args, tokens // SEQ_LEN)
     inputs, adapter, device = study.prefix(tokens), study.adapter, study.device
     grid = option_grid(adapter, study.step, MLP_STRIDE)
-    reference = dense_reference(adapter, inputs, device)
+    reference = dense_reference(adapter, inputs, "kl", device)
     for layer in args.layers:
         start = time.perf_counter()
         replay_metric(adapter, inputs, layer, "kl", reference, device)  # the base
