@@ -1,0 +1,49 @@
+"""Speed and memory budgets for SmolLM2-135M in llama.cpp (one thread), predicted against measured.
+
+    python benchmarks/budgets.py costs     # microbenchmark the cost table (cached in the profile folder)
+    python benchmarks/budgets.py plans     # speedup 1.5x, 2.0x and memory plans vs parameter plans
+
+Records go to docs/results/budgets.json. The profile folder is `gapprune profile smollm2-135m --out
+runs/budgets/profile` (default settings); every plan below reads its loss table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from gapprune.budgets.budget import Budget, parse_size
+from gapprune.budgets.microbench import BenchSettings
+from gapprune.budgets.runner import BudgetRun, cost_table
+
+MODEL, PROFILE, WORK = "smollm2-135m", Path("runs/budgets/profile"), Path("runs/budgets")
+SETTINGS = BenchSettings(file_type="q8_0", threads=1, prompt_tokens=32, new_tokens=32, repeats=3)
+MEMORY_TYPE, CONTEXT = "f16", 4096
+TARGETS = [Budget("speedup", 1.5), Budget("speedup", 2.0), Budget("memory", parse_size("250MB"), CONTEXT)]
+VERIFY = {"prompt_tokens": 32, "new_tokens": 64, "repeats": 7, "pairs": 2}  # dense and pruned back to back
+RECORDS = Path("docs/results/budgets.json")
+
+
+def main(stage: str) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if stage == "costs":
+        for settings in (SETTINGS, BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)):
+            costs = cost_table(MODEL, PROFILE, settings, WORK / "bench", time=settings is SETTINGS)
+            print(json.dumps(costs.fit.get("checks", {}), indent=1))
+            print(json.dumps(costs.fit.get("mlp_held_out", {}), indent=1))
+        return
+    run = BudgetRun(MODEL, PROFILE, WORK, verify=VERIFY)
+    records = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
+    for budget in TARGETS:
+        settings = SETTINGS if budget.kind == "speedup" else BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)
+        if any(r["budget"] == budget.kind and r["target"] == budget.target for r in records):
+            continue
+        records.append(run.compare(budget, settings))
+        RECORDS.parent.mkdir(parents=True, exist_ok=True)
+        RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "plans")

@@ -1,0 +1,215 @@
+"""From a budget to a measured GGUF: allocate, prune, export, time or size it in llama.cpp, score it.
+
+This is the glue the CLI's `--speedup`/`--max-memory` and `benchmarks/budgets.py` share. Speed is
+always measured as a ratio: the dense GGUF and the pruned one timed back to back, several pairs,
+median ratio (the cores are shared, so absolute times drift more than their ratio does).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gapprune.allocate import Allocation
+from gapprune.budgets.budget import Budget, achieved, allocate_budget
+from gapprune.budgets.measure import llamacpp_memory, time_gguf
+from gapprune.budgets.microbench import (BenchSettings, cost_key, fit_costs, grid_points, load_or_measure,
+                                         measure_points)
+from gapprune.budgets.table import ModelDims, RuntimeCosts
+
+log = logging.getLogger(__name__)
+
+
+def cost_file(settings: BenchSettings, runtime: str = "llama.cpp") -> str:
+    return f"runtime_costs-{runtime}-{settings.file_type}-t{settings.threads}.json"
+
+
+def check_shapes(dims: ModelDims) -> dict[str, list[tuple[int, int, int]]]:
+    """Whole models the additive prediction is checked on: two uniform prunings and a mixed one."""
+    step = max(8, dims.intermediate // 32 // 8 * 8)
+    half, third = dims.intermediate - 16 * step, dims.intermediate - 22 * step
+    n_rep = dims.n_heads // dims.n_kv_heads
+    mixed = [(dims.n_heads, dims.n_kv_heads, dims.intermediate), (n_rep, 1, third), (0, 0, dims.intermediate),
+             (dims.n_kv_heads * (n_rep - 1 or 1), dims.n_kv_heads, 0)]
+    return {"check/uniform-a": [(dims.n_heads * 2 // 3 // dims.n_kv_heads * dims.n_kv_heads or dims.n_kv_heads,
+                                 dims.n_kv_heads, half)] * dims.n_layers,
+            "check/uniform-b": [(dims.n_kv_heads, dims.n_kv_heads, dims.intermediate - 8 * step)] * dims.n_layers,
+            "check/mixed": [mixed[i % len(mixed)] for i in range(dims.n_layers)]}
+
+
+def measure_costs(dims: ModelDims, options: dict[str, list[list[int]]], tokenizer_gguf: str | Path,
+                  settings: BenchSettings, workdir: Path, key: dict[str, Any], time: bool = True) -> RuntimeCosts:
+    """Microbenchmark the grid (or, with time=False, only the memory formulas) into a cost table."""
+    checks = check_shapes(dims)
+    points, attn, widths, held_out = grid_points(dims, settings, checks)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if time:
+        times = measure_points(dims, points, tokenizer_gguf, settings, workdir)
+    else:  # a memory-only table: times left at zero
+        times = {name: {"decode_us": 0.0, "prompt_us": 0.0} for name in [*points, "dense"]}
+    costs = fit_costs(dims, options, times, attn, widths, held_out, checks if time else {}, key)
+    costs.fit["timed"] = time
+    return costs
+
+
+def default_options(dims: ModelDims, channel_step: int = 0) -> dict[str, list[list[int]]]:
+    from gapprune.prune.options import attention_options, default_channel_step, mlp_options
+
+    step = channel_step or default_channel_step(dims.intermediate)
+    return {"attn": [list(o) for o in attention_options(dims.n_kv_heads, dims.n_heads // dims.n_kv_heads)],
+            "mlp": [[w] for w in mlp_options(dims.intermediate, step)]}
+
+
+def cost_table(model: str, folder: str | Path, settings: BenchSettings, workdir: str | Path,
+               time: bool = True) -> RuntimeCosts:
+    """The cost table of `model` for `settings`, cached in `folder` (a profile folder) per machine and type."""
+    from transformers import AutoConfig
+
+    from gapprune.models.loading import ALIASES, resolve_alias, resolve_model_source
+
+    source = resolve_model_source(model)
+    dims = ModelDims.from_config(AutoConfig.from_pretrained(source))
+    tokenizer_gguf = resolve_alias(model) if model in ALIASES else Path(model)
+    key = {**cost_key(model, settings), "timed": time}
+    options = default_options(dims)
+    return load_or_measure(Path(folder) / cost_file(settings), key,
+                           lambda: measure_costs(dims, options, tokenizer_gguf, settings, Path(workdir), key, time))
+
+
+def speed_ratio(dense: Path, pruned: Path, settings: BenchSettings, verify: dict[str, int]) -> dict[str, Any]:
+    """Decode (and prompt) speedup of `pruned` over `dense`, timed back to back in pairs; medians."""
+    ratios, prompt_ratios, pairs = [], [], []
+    for _ in range(verify.get("pairs", 2)):
+        t_dense = time_gguf(dense, settings.threads, verify["prompt_tokens"], verify["new_tokens"], verify["repeats"])
+        t_pruned = time_gguf(pruned, settings.threads, verify["prompt_tokens"], verify["new_tokens"],
+                             verify["repeats"])
+        ratios.append(t_dense.decode_us / t_pruned.decode_us)
+        prompt_ratios.append(t_dense.prompt_us / t_pruned.prompt_us)
+        pairs.append({"dense_decode_us": round(t_dense.decode_us, 1), "pruned_decode_us": round(t_pruned.decode_us, 1)})
+    return {"speedup": statistics.median(ratios), "prompt_speedup": statistics.median(prompt_ratios),
+            "pairs": pairs}
+
+
+@dataclass
+class Measured:
+    """One plan, materialised: where its GGUF is and what it measured."""
+
+    name: str
+    allocation: Allocation
+    gguf: Path
+    ppl: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BudgetRun:
+    """One loaded dense model and its profile: plans for budgets and for ratios, made real and measured.
+
+    Both kinds of plan read the same loss table and are compensated the same way (the config's
+    default, sequential lsq), so they differ only in how the allocation spent the budget.
+    """
+
+    def __init__(self, model: str, profile: str | Path, workdir: str | Path, verify: dict[str, int],
+                 eval_windows: int = 256, data_dir: str | None = None) -> None:
+        import os
+
+        from gapprune.api import load
+        from gapprune.config import PruneConfig
+        from gapprune.pipeline import Profile, calibrate
+
+        self.model_name, self.workdir, self.verify, self.eval_windows = model, Path(workdir), verify, eval_windows
+        self.data_dir = data_dir or os.environ.get("GAPPRUNE_DATA")
+        self.model, self.tokenizer = load(model)
+        self.config = PruneConfig(ratio=0.5, data_dir=self.data_dir)
+        self.profile = Profile.load(profile)
+        self.profile_dir = Path(profile)
+        self.calibration = calibrate(self.model, self.tokenizer, self.config)
+        self.profile.check_matches(self.calibration, self.config)
+        self.dense_ggufs: dict[str, Path] = {}
+
+    def costs(self, settings: BenchSettings, time: bool = True) -> RuntimeCosts:
+        return cost_table(self.model_name, self.profile_dir, settings, self.workdir / "bench", time)
+
+    def ratio_allocation(self, ratio: float) -> Allocation:
+        from gapprune.pipeline import allocate
+
+        return allocate(self.profile, ratio, "gap")
+
+    def matching_ratio(self, costs: RuntimeCosts, budget: Budget, value: float) -> float:
+        """The parameter ratio whose GAP plan has the predicted speedup (or bytes) `value`: bisection."""
+        lo, hi = 0.01, 0.6
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            got = achieved(budget, costs, self.ratio_allocation(mid).choice)
+            too_little = got < value if budget.kind == "speedup" else got > value
+            lo, hi = (mid, hi) if too_little else (lo, mid)
+        return (lo + hi) / 2
+
+    def dense_gguf(self, file_type: str) -> Path:
+        from gapprune.export.gguf import export_gguf
+
+        if file_type not in self.dense_ggufs:
+            path = self.workdir / f"dense-{file_type}.gguf"
+            if not path.exists():
+                export_gguf(self.model, self.tokenizer, path, file_type=file_type)
+            self.dense_ggufs[file_type] = path
+        return self.dense_ggufs[file_type]
+
+    def materialise(self, name: str, allocation: Allocation, file_type: str) -> Measured:
+        """Prune a copy by the allocation (with the config's compensation), export its GGUF, score it."""
+        from gapprune.api import pruned_copy
+        from gapprune.evaluate.perplexity import evaluate_ppl
+        from gapprune.export.gguf import export_gguf
+        from gapprune.pipeline import plan_from_allocation
+
+        plan = plan_from_allocation(self.calibration.adapter, self.profile, allocation, self.config.to_dict())
+        sequential = self.calibration.inputs if self.config.sequential else None
+        pruned, _ = pruned_copy(self.model, plan, self.config.compensate, self.calibration.gram, self.config.ridge,
+                                sequential)
+        path = self.workdir / f"{name}.gguf"
+        export_gguf(pruned, self.tokenizer, path, file_type=file_type, overwrite=True)
+        ppl = evaluate_ppl(pruned, self.tokenizer, "wikitext2", seq_len=128, max_windows=self.eval_windows,
+                           data_dir=self.data_dir, progress=False).ppl
+        plan.save(self.workdir / f"{name}.plan.json")
+        del pruned
+        return Measured(name, allocation, path, ppl, {"params_removed": plan.params_removed})
+
+    def measure(self, budget: Budget, settings: BenchSettings, gguf: Path) -> dict[str, Any]:
+        if budget.kind == "speedup":
+            return speed_ratio(self.dense_gguf(settings.file_type), gguf, settings, self.verify)
+        allocated = llamacpp_memory(gguf, budget.context)
+        return {"bytes": allocated.total_bytes, "model_bytes": allocated.model_bytes, "kv_bytes": allocated.kv_bytes,
+                "compute_bytes": allocated.compute_bytes}
+
+    def compare(self, budget: Budget, settings: BenchSettings) -> dict[str, Any]:
+        """The budget's plan and the parameter plan that matches it (measured speed, or size), both measured."""
+        from gapprune.evaluate.cost_plots import plot_costs
+
+        costs = self.costs(settings, time=budget.kind == "speedup")
+        tag = f"{budget.kind}-{budget.target:g}-{settings.file_type}"
+        allocation = allocate_budget(self.profile.table, costs, budget)
+        ours = self.materialise(tag, allocation, settings.file_type)
+        got = self.measure(budget, settings, ours.gguf)
+        value = got["speedup"] if budget.kind == "speedup" else got["bytes"]
+        plot_costs(costs, allocation.choice, self.workdir / f"{tag}.costs.png", budget.context or 4096,
+                   f"{tag}: time and memory per layer")
+        # the parameter plan whose measured value matches ours: predicted first, then one measured correction
+        predicted_value = allocation.info["predicted"]
+        ratio = self.matching_ratio(costs, budget, value * (predicted_value / value if budget.kind == "memory" else 1))
+        param = self.materialise(f"{tag}-param", self.ratio_allocation(ratio), settings.file_type)
+        got_param = self.measure(budget, settings, param.gguf)
+        param_value = got_param["speedup"] if budget.kind == "speedup" else got_param["bytes"]
+        record = {
+            "budget": budget.kind, "target": budget.target, "predicted": predicted_value, "measured": value,
+            "gguf_type": settings.file_type, "context": budget.context or None, "ppl": ours.ppl,
+            "ppl_param_plan": param.ppl, "param_plan_ratio": round(ratio, 4), "param_plan_measured": param_value,
+            "param_plan_predicted": achieved(budget, costs, self.ratio_allocation(ratio).choice),
+            "met": value >= budget.target * 0.95 if budget.kind == "speedup" else value <= budget.target,
+            "error": value / budget.target - 1, "details": got, "param_details": got_param,
+            "params_removed": ours.extra["params_removed"], "param_plan_params_removed": param.extra["params_removed"],
+            "verify": self.verify, "threads": settings.threads, "runtime": "llama.cpp (cyllama)",
+        }
+        log.info("%s", record)
+        return record
