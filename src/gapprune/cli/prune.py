@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from gapprune.budgets.cli import add_budget_flags, budget_from_args, budget_plan, finish
 from gapprune.cli.export import print_gguf, record_gguf_source
 from gapprune.cli.flags import add_config_flags, config_from
 from gapprune.config import PruneConfig, config_fields
@@ -35,6 +36,7 @@ class PruneCommand:
                        help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
                        "(auto: when the weights would take over half the free memory)")
         add_config_flags(p, PruneConfig, optional=("ratio",))  # --plan carries its own ratio
+        add_budget_flags(p)  # --speedup / --max-memory: a runtime budget instead of --ratio
         p.set_defaults(run=PruneCommand.run)
 
     @staticmethod
@@ -49,6 +51,9 @@ class PruneCommand:
         if args.plan and args.profile:
             raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
         plan_in = Plan.load(args.plan) if args.plan else None
+        budget = budget_from_args(args)
+        if budget is not None and args.ratio is None:
+            args.ratio = 0.5  # not used: the budget decides how much goes
         if args.ratio is None:
             if plan_in is None:
                 raise ValueError("--ratio is required (the fraction of parameters to remove), unless --plan gives one")
@@ -71,6 +76,9 @@ class PruneCommand:
         evaluation = [
             {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
+        hook = None
+        if budget is not None:  # the runtime's costs in the same DP; the plan is then applied as given
+            plan_in, profile_in, hook = budget_plan(model, tokenizer, config, args, budget, profile_in)
         plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in)
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0
@@ -92,6 +100,8 @@ class PruneCommand:
             from gapprune.export.gguf import export_gguf
 
             print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.gguf_type, overwrite=args.overwrite))
+        if hook is not None:
+            finish(hook, args, out)
         return 0
 
 

@@ -1,0 +1,40 @@
+"""Budget flags parse into budgets (or clear errors), and the per-layer cost plot is written."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gapprune.budgets.budget import Budget
+from gapprune.budgets.cli import add_budget_flags, budget_from_args
+from tests.budgets.test_costs import fitted
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_budget_flags(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_flags_give_a_speedup_or_a_memory_budget() -> None:
+    assert budget_from_args(parse("--speedup", "2")) == Budget("speedup", 2.0)
+    assert budget_from_args(parse("--max-memory", "250MB", "--context", "4096")) == Budget("memory", 250e6, 4096)
+    assert budget_from_args(parse()) is None
+    with pytest.raises(ValueError, match="not both"):
+        budget_from_args(parse("--speedup", "2", "--max-memory", "1GB"))
+    with pytest.raises(ValueError, match="--verify"):
+        budget_from_args(parse("--verify"))
+
+
+def test_cost_plot_is_written(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from gapprune.evaluate.cost_plots import layer_costs, plot_costs
+
+    costs = fitted()
+    choice = {c: [len(costs.options[c]) - 1] * costs.dims.n_layers for c in costs.options}
+    per_layer = layer_costs(costs, choice, 4096)
+    # every attention removed: no KV cache left but that of the zero head llama.cpp needs in layer 0
+    assert per_layer["kv"][1:].sum() == 0 and per_layer["kv"][0] > 0
+    plot_costs(costs, choice, tmp_path / "costs.png", 4096, "test")
+    assert (tmp_path / "costs.png").stat().st_size > 0
