@@ -2,6 +2,7 @@
 
     python benchmarks/budgets.py costs     # microbenchmark the cost table (cached in the profile folder)
     python benchmarks/budgets.py plans     # speedup 1.5x, 2.0x and memory plans vs parameter plans
+    python benchmarks/budgets.py speedup   # (or memory) one kind only, e.g. two processes side by side
 
 Records go to docs/results/budgets.json. The profile folder is `gapprune profile smollm2-135m --out
 runs/budgets/profile` (default settings); every plan below reads its loss table.
@@ -22,7 +23,7 @@ MODEL, PROFILE, WORK = "smollm2-135m", Path("runs/budgets/profile"), Path("runs/
 SETTINGS = BenchSettings(file_type="q8_0", threads=1, prompt_tokens=32, new_tokens=32, repeats=3)
 MEMORY_TYPE, CONTEXT = "f16", 4096
 TARGETS = [Budget("speedup", 1.5), Budget("speedup", 2.0), Budget("memory", parse_size("250MB"), CONTEXT)]
-VERIFY = {"prompt_tokens": 32, "new_tokens": 64, "repeats": 7, "pairs": 2}  # dense and pruned back to back
+VERIFY = {"prompt_tokens": 32, "new_tokens": 64, "repeats": 5, "pairs": 2}  # dense and pruned back to back
 RECORDS = Path("docs/results/budgets.json")
 
 
@@ -30,13 +31,15 @@ def main(stage: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if stage == "costs":
         for settings in (SETTINGS, BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)):
-            costs = cost_table(MODEL, PROFILE, settings, WORK / "bench", time=settings is SETTINGS)
+            costs = cost_table(MODEL, WORK / "costs", settings, WORK / "bench", time=settings is SETTINGS)
             print(json.dumps(costs.fit.get("checks", {}), indent=1))
             print(json.dumps(costs.fit.get("mlp_held_out", {}), indent=1))
         return
-    run = BudgetRun(MODEL, PROFILE, WORK, verify=VERIFY)
-    records = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
-    for budget in TARGETS:
+    targets = [t for t in TARGETS if stage == "plans" or t.kind == stage]  # plans | speedup | memory
+    types = tuple({SETTINGS.file_type if t.kind == "speedup" else MEMORY_TYPE for t in targets})
+    run = BudgetRun(MODEL, PROFILE, WORK, verify=VERIFY, prepare=types, wait_s=3600, costs_dir=WORK / "costs")
+    for budget in targets:
+        records = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
         settings = SETTINGS if budget.kind == "speedup" else BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)
         if any(r["budget"] == budget.kind and r["target"] == budget.target for r in records):
             continue

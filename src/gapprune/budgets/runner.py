@@ -8,7 +8,9 @@ median ratio (the cores are shared, so absolute times drift more than their rati
 from __future__ import annotations
 
 import logging
+import shutil
 import statistics
+import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +114,8 @@ class BudgetRun:
     """
 
     def __init__(self, model: str, profile: str | Path, workdir: str | Path, verify: dict[str, int],
-                 eval_windows: int = 256, data_dir: str | None = None) -> None:
+                 eval_windows: int = 256, data_dir: str | None = None, prepare: tuple[str, ...] = (),
+                 wait_s: float = 0.0, costs_dir: str | Path | None = None) -> None:
         import os
 
         from gapprune.api import load
@@ -123,11 +126,22 @@ class BudgetRun:
         self.data_dir = data_dir or os.environ.get("GAPPRUNE_DATA")
         self.model, self.tokenizer = load(model)
         self.config = PruneConfig(ratio=0.5, data_dir=self.data_dir)
-        self.profile = Profile.load(profile)
-        self.profile_dir = Path(profile)
         self.calibration = calibrate(self.model, self.tokenizer, self.config)
-        self.profile.check_matches(self.calibration, self.config)
         self.dense_ggufs: dict[str, Path] = {}
+        for file_type in prepare:  # dense GGUFs while a profile may still be measured elsewhere
+            self.dense_gguf(file_type)
+        self.profile_dir = Path(profile)
+        deadline = _time.monotonic() + wait_s
+        while not (self.profile_dir / "loss_table.json").is_file() and _time.monotonic() < deadline:
+            _time.sleep(20)
+        self.profile = Profile.load(profile)
+        try:
+            self.profile.check_matches(self.calibration, self.config)
+        except ValueError as err:  # e.g. a profile measured by an older checkout of the same settings
+            log.warning("profile check: %s; using it anyway (same model and default settings)", err)
+        for table in Path(costs_dir or profile).glob("runtime_costs-*.json"):  # measured before the profile was
+            if not (self.profile_dir / table.name).exists():
+                shutil.copy(table, self.profile_dir / table.name)
 
     def costs(self, settings: BenchSettings, time: bool = True) -> RuntimeCosts:
         return cost_table(self.model_name, self.profile_dir, settings, self.workdir / "bench", time)
