@@ -142,7 +142,7 @@ class Bench:
                           wall_s=summary["wall_s"], plan_s=round(time.perf_counter() - start - summary["wall_s"], 1),
                           **{k: info[k] for k in ("refine_history", "refine_helped") if k in info})
             if getattr(self.args, "phases", False):
-                self.extra.emit({"kind": "phase", "phase": "surgery", **run.labels, "wall_s": summary["wall_s"],
+                self.extra.emit({**run.labels, "kind": "phase", "phase": "surgery", "wall_s": summary["wall_s"],
                                  "predicted_loss": plan.summary["predicted_loss"],
                                  "kept_heads": [len(lp.attn.kept) for lp in plan.layers],
                                  "kept_channels": [len(lp.mlp.kept) for lp in plan.layers]})

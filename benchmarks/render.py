@@ -1,7 +1,15 @@
 """Render docs/results.md (tables, then docs/results_notes.md) and docs/results/allocators_ppl.png from
 the JSON records in docs/results/.
 
-    python benchmarks/render.py
+With --eval / --bench, first collect `gapprune eval` / `gapprune bench` outputs into eval.json and
+bench.json: each record gains the model's pruning ratio (from the folder's plan.json; 0 for the
+dense model), the command that produced it, date and machine. The measurements come from:
+
+    gapprune eval MODEL --ppl "" --tasks boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa \
+        --limit 500 --data-dir ../shared/data --out runs/eval500_NAME.json
+    gapprune bench runs/gap25_lsq --vs smollm2-135m --repeats 5 --out runs/bench_gap25.json
+
+    python benchmarks/render.py [--eval runs/eval500_*.json --bench runs/bench_*.json --date 2026-11-29]
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from common import ALLOCATOR_WINDOWS, ALLOCATORS, TASKS
+from common import ALLOCATOR_WINDOWS, ALLOCATORS, TASKS, machine
 
 RESULTS = Path("docs/results")
 
@@ -187,6 +195,8 @@ def recovery_best_section(records: list[dict]) -> list[str]:
                   "at the same limit, `docs/results/eval.json`); in brackets the share of the dense score:", ""]
         lines += zeroshot_rows(shots, "dense") + [""]
     return lines
+
+
 def dense_section(records: list[dict]) -> list[str]:
     if not records:
         return []
@@ -374,7 +384,7 @@ def eval_section(records: list[dict]) -> list[str]:
         "## Zero-shot accuracy (lm-evaluation-harness, local task files)", "",
         f"Machine: {meta['machine']}; date {meta['date']}. Command per model: `{meta['command']}` with the 7 tasks "
         "`boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa`, then "
-        "`python benchmarks/collect_eval.py`. Budget: the first "
+        "`python benchmarks/render.py --eval ... --bench ... --date ...`. Budget: the first "
         f"{meta['limit']} examples of each task's evaluation split (lm-eval `--limit`, deterministic), not the full "
         f"sets, to fit the 2-core CPU; the standard error of each cell is at most ±{50 / meta['limit'] ** 0.5:.1f} points. Pruned models: GAP with "
         "the default `lsq` compensation, saved and reloaded from their folders.", "",
@@ -421,8 +431,38 @@ def bench_section(records: list[dict]) -> list[str]:
     return lines
 
 
+def ratio_of(model: str) -> float:
+    plan = Path(model) / "plan.json"
+    return float(json.loads(plan.read_text())["summary"]["achieved_ratio"]) if plan.is_file() else 0.0
+
+
+def collect(evals: list[str], benches: list[str], day: str) -> None:
+    """`gapprune eval` / `gapprune bench` outputs -> eval.json / bench.json, with ratio, command, date, machine."""
+    meta = {"date": day, "machine": machine()}
+    rows = [{"model": r["model"], "ratio": round(ratio_of(r["model"]), 4), **{k: r.get(k) for k in (
+        "task", "metric", "value", "stderr", "limit")}, "command": f"gapprune eval {r['model']} --ppl '' --tasks "
+        f"<7 tasks> --limit {r['limit']} --data-dir ../shared/data", **meta}
+        for path in evals for r in json.loads(Path(path).read_text())]
+    speed = []
+    for path in benches:
+        records = json.loads(Path(path).read_text())
+        pruned = records[0]["model"]
+        dense = next(r["model"] for r in records if r["model"] != pruned)
+        speed += [{**r, "ratio": round(ratio_of(r["model"]), 4), "command": f"gapprune bench {pruned} --vs {dense} "
+                   "--repeats 5", **meta} for r in records]
+    for name, records in (("eval.json", rows), ("bench.json", speed)):
+        if records:
+            (RESULTS / name).write_text(json.dumps(records, indent=1) + "\n")
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--eval", nargs="*", default=[], help="`gapprune eval --out` files to collect into eval.json")
+    p.add_argument("--bench", nargs="*", default=[], help="`gapprune bench --out` files to collect into bench.json")
+    p.add_argument("--date", default=None, help="the date the collected measurements were taken")
+    args = p.parse_args()
+    if args.eval or args.bench:
+        collect(args.eval, args.bench, args.date or p.error("--date is required with --eval / --bench"))
     lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
