@@ -116,13 +116,8 @@ def prune(
 
 
 def uses_sequential(model: nn.Module, config: PruneConfig) -> bool:
-    """Sequential compensation when compensating at all, and not (yet) for a streamed model, which
-    is fitted on the dense inputs instead."""
-    from gapprune.models.streaming import is_streamed
-
-    if config.sequential and config.compensate != "none" and is_streamed(model):
-        log.info("a streamed model is compensated on the dense inputs (sequential fitting is not streamed yet)")
-        return False
+    """Sequential compensation when compensating at all, streamed or not: it goes layer by layer and
+    holds one component's Grams at a time."""
     return config.sequential and config.compensate != "none"
 
 

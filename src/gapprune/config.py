@@ -44,6 +44,7 @@ class PruneConfig:
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(default="auto", metadata={"help": "the weights' dtype from load to the saved folder: auto (the checkpoint's own on a GPU, float32 on a CPU)|float32|bfloat16|float16; losses, statistics and solves accumulate in float32"})
 
     @property
     def table_compensation(self) -> str:
@@ -73,6 +74,8 @@ class PruneConfig:
             raise ValueError(f"profiler must be auto, exact or fisher, got {self.profiler!r}")
         if self.auto_margin < 0:
             raise ValueError(f"auto_margin must be >= 0, got {self.auto_margin}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.ridge < 0:
             raise ValueError("ridge must be >= 0")
         if self.refine < 0:

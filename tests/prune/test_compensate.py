@@ -44,6 +44,7 @@ def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
     kept = torch.tensor(plan.layers[layer].mlp.kept)
     dense_w = dense_adapter.out_proj(layer, "mlp").weight.data
     key = (layer, "mlp")
+    run.calibration.gram.ensure(layer)  # Grams are held one layer at a time
     gram = run.calibration.gram.fit[key] + run.calibration.gram.held_out[key]
     total, n = run.calibration.gram.sums[key][0] + run.calibration.gram.sums[key][1], sum(run.calibration.gram.counts[key])
 

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gapprune.cli.flags import add_dtype_flag
+
 
 class PplCommand:
     """gapprune ppl MODEL --dataset wikitext2 --seq-len 2048: perplexity, printed and written as JSON."""
@@ -24,6 +26,7 @@ class PplCommand:
         p.add_argument("--batch-size", type=int, default=None)
         p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
         p.add_argument("--device", default="cpu")
+        add_dtype_flag(p)
         p.add_argument("--json", default=None, help="write the result to this JSON file")
         p.set_defaults(run=PplCommand.run)
 
@@ -32,7 +35,7 @@ class PplCommand:
         from gapprune.api import load
         from gapprune.evaluate.perplexity import evaluate_ppl
 
-        model, tokenizer = load(args.model, device=args.device)
+        model, tokenizer = load(args.model, device=args.device, dtype=args.dtype)
         result = evaluate_ppl(
             model, tokenizer, args.dataset, split=args.split, seq_len=args.seq_len,
             max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
@@ -53,6 +56,7 @@ class InfoCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(InfoCommand.name, help="show a model's architecture, per-layer shapes and parameters")
         p.add_argument("model")
+        add_dtype_flag(p)
         p.set_defaults(run=InfoCommand.run)
 
     @staticmethod
@@ -60,7 +64,7 @@ class InfoCommand:
         from gapprune.api import load
         from gapprune.models import get_adapter
 
-        model, _ = load(args.model)
+        model, _ = load(args.model, dtype=args.dtype)
         adapter = get_adapter(model)
         total = sum(p.numel() for p in model.parameters())
         print(f"{model.config.architectures[0]}: {adapter.n_layers} layers, hidden {adapter.hidden}, {total:,} parameters")
@@ -87,6 +91,7 @@ class EvalCommand:
                        help="zero-shot examples per batch (default: 16, fewer for large vocabularies)")
         p.add_argument("--data-dir", default=None)
         p.add_argument("--device", default="cpu")
+        add_dtype_flag(p)
         p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
         p.set_defaults(run=EvalCommand.run)
 
@@ -95,7 +100,7 @@ class EvalCommand:
         from gapprune.api import load
         from gapprune.evaluate.records import eval_records, eval_table
 
-        model, tokenizer = load(args.model, device=args.device)
+        model, tokenizer = load(args.model, device=args.device, dtype=args.dtype)
         records = eval_records(
             model, tokenizer, args.model, datasets=[d for d in args.ppl.split(",") if d],
             tasks=[t for t in args.tasks.split(",") if t], seq_len=args.seq_len, max_windows=args.max_windows,
@@ -124,6 +129,7 @@ class BenchCommand:
         p.add_argument("--new-tokens", type=int, default=32)
         p.add_argument("--repeats", type=int, default=3)
         p.add_argument("--device", default="cpu")
+        add_dtype_flag(p)
         p.add_argument("--out", default=None, help="write JSON records")
         p.set_defaults(run=BenchCommand.run)
 
@@ -133,7 +139,7 @@ class BenchCommand:
         from gapprune.evaluate.records import speed_line, speed_records
 
         records = speed_records(
-            [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device)[0],
+            [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device, dtype=args.dtype)[0],
             batches=[int(b) for b in args.batches.split(",")], prompt_tokens=args.prompt_tokens,
             new_tokens=args.new_tokens, repeats=args.repeats, dense=args.vs,
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gapprune.cli.flags import add_dtype_flag
+
 
 def record_gguf_source(model: Any, spec: str) -> None:
     from gapprune.export.gguf import record_gguf_source
@@ -32,6 +34,7 @@ class ExportCommand:
         p.add_argument("--tokenizer-gguf", default=None,
                        help="copy the tokenizer from this GGUF (default: the GGUF the model came from, if known)")
         p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+        add_dtype_flag(p)
         p.set_defaults(run=ExportCommand.run)
 
     @staticmethod
@@ -40,7 +43,7 @@ class ExportCommand:
         from gapprune.export.gguf import check_export_args, export_gguf
 
         check_export_args(args.gguf, args.type, args.overwrite)
-        model, tokenizer = load(args.model)
+        model, tokenizer = load(args.model, dtype=args.dtype)
         record_gguf_source(model, args.model)
         print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.type, overwrite=args.overwrite,
                                 tokenizer_gguf=args.tokenizer_gguf))

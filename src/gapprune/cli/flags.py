@@ -24,3 +24,12 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str
 
 def config_from(args: argparse.Namespace, cls: type) -> Any:
     return cls(**{name: getattr(args, name) for name, *_ in config_fields(cls)})
+
+
+DTYPE_HELP = ("the weights' dtype: auto (the checkpoint's own on a GPU, float32 on a CPU)|float32|bfloat16|float16; "
+              "losses accumulate in float32")
+
+
+def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
+    """`--dtype` for commands that load a model without a config dataclass."""
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto", help=DTYPE_HELP)

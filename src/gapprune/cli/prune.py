@@ -67,7 +67,7 @@ class PruneCommand:
             from gapprune.export.gguf import check_export_args
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
-        model, tokenizer = load(args.model, device=setup(config.device), offload=args.offload)  # setup: torchrun
+        model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
         require_tokenizer(tokenizer, args.model)
         check_streamable(model, config, plan_in)
         record_gguf_source(model, args.model)
@@ -131,7 +131,7 @@ class ProfileCommand:
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
         check_prunable(args.model)
-        model, tokenizer = load(args.model, device=setup(config.device))  # torchrun: join the group
+        model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
         result = profile(model, require_tokenizer(tokenizer, args.model), config)
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0

@@ -72,7 +72,7 @@ class TuneCommand:
         config = _config(args, DistillConfig if args.distill else TuneConfig)
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
-        model, tokenizer = load(args.model)
+        model, tokenizer = load(args.model, dtype=getattr(config, "dtype", None))  # the training dtype is the load dtype
         if tokenizer is None:
             raise ValueError(f"{args.model} has no tokenizer; tuning needs one")
         checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")

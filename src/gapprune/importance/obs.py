@@ -73,6 +73,7 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     out = context.adapter.out_proj(layer, component)
     assert out is not None
     key = (layer, component)
+    context.grams.ensure(layer)  # one layer's Grams at a time (calibrate/gram.py)
     gram = context.grams.fit[key] + context.grams.held_out[key]  # every calibration token
     width = context.adapter.unit_width(component)
     n_units = out.in_features // width

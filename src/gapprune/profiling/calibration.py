@@ -14,7 +14,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
-from gapprune.calibrate.gram import GramStats, gram_hooks
+from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
@@ -71,14 +71,10 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
     timings = dict(timings or {})
     stats = CalibrationStats()
     wants_gram = config.compensate != "none" or config.criterion == "obs" or config.compensation_aware
-    grams = GramStats() if (wants_gram if gram is None else gram) else None
-    stat_hooks, gram_hook = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
-
-    def hooks() -> list[torch.utils.hooks.RemovableHandle]:
-        return stat_hooks() + (gram_hook() if gram_hook is not None else [])
-
     with timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=hooks)
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
+    # Grams one layer at a time, replayed from the cached inputs when read: memory does not grow with depth
+    grams = LayerGrams(adapter, inputs) if (wants_gram if gram is None else gram) else None
     with timed(timings, "importance"):
         grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
         scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)

@@ -83,6 +83,7 @@ class Refit:
 def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int, str], method: str,
           ridge: float = 1.0) -> Refit:
     """The `lsq` or `bias` compensation of a projection that keeps the dense input columns `cols`."""
+    stats.ensure(key[0])
     kept = torch.tensor(cols, dtype=torch.long)
     plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
     before = reconstruction_error(dense, plain, stats.held_out[key])
@@ -153,6 +154,7 @@ def prune_and_compensate_(adapter: ModelAdapter, plan: Plan, method: str = "none
     check_layers(adapter, plan)
     summary = new_summary(method)
     for lp in plan.layers:  # a layer at a time: only its dense output projections are copied (a streamed model)
+        stats.ensure(lp.layer)  # while the layer is still dense: its Grams are of the dense inputs
         for c in COMPONENTS:
             add_summary(summary, prune_component_and_compensate_(adapter, lp.layer, c, lp.component(c).kept, stats,
                                                                  method, ridge))
@@ -176,6 +178,7 @@ def prune_component_and_compensate_(adapter: ModelAdapter, layer: int, component
     Keeps the bookkeeping compensation needs: the dense output-projection weight from before the
     surgery and the dense input columns that survive it. Nothing removed: nothing changes.
     """
+    stats.ensure(layer)  # before the surgery: lazily computed Grams replay the dense layer
     out = adapter.out_proj(layer, component)
     cols = unit_columns(adapter, component, kept_units)
     if out is None or len(cols) == out.in_features:

@@ -39,13 +39,14 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
     if method not in COMPENSATIONS or method == "none":
         raise ValueError(f"sequential compensation re-fits with lsq or bias, got compensate={method!r}")
     check_layers(adapter, plan)
-    device = next(adapter.model.parameters()).device
+    first = next(adapter.model.parameters())
+    device, dtype = first.device, first.dtype  # the cache is float32; the layers take the weights' dtype
     hidden = list(inputs.hidden[0])
     summary = {**new_summary(method), "sequential": True}
 
     def run(layer: int) -> list[torch.Tensor]:
         block = adapter.layers[layer]
-        return [run_layer(block, h.to(device), move_kwargs(inputs.kwargs[layer][b], device)).cpu()
+        return [run_layer(block, h.to(device, dtype), move_kwargs(inputs.kwargs[layer][b], device)).cpu()
                 for b, h in enumerate(hidden)]
 
     for lp in plan.layers:

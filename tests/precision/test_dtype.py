@@ -1,0 +1,106 @@
+"""bfloat16 end to end on CPU: the weights keep their dtype through surgery, compensation, saving and
+GGUF export, while statistics, Grams and solves accumulate in float32 (or float64)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gapprune.cli import build_parser
+from gapprune.config import PruneConfig
+from gapprune.models.loading import resolve_dtype
+from tests.conftest import tiny_llama, tiny_qwen2
+from tests.precision.contracts import (
+    IDS,
+    as_dtype,
+    default_plan,
+    logits,
+    removal_equals_masking,
+    save_reload_same_logits,
+)
+
+BF16 = torch.bfloat16
+
+
+def test_auto_dtype_is_float32_on_cpu_and_the_checkpoints_own_on_a_gpu():
+    class Config:
+        dtype = "bfloat16"
+
+    assert resolve_dtype("auto", "cpu", Config()) == torch.float32
+    assert resolve_dtype(None, "cuda:1", Config()) == BF16
+    assert resolve_dtype("auto", "cuda", object()) == torch.float32  # no dtype recorded
+    assert resolve_dtype("float16", "cpu") == torch.float16
+    with pytest.raises(ValueError, match="dtype must be"):
+        resolve_dtype("int8", "cpu")
+    with pytest.raises(ValueError, match="dtype must be"):
+        PruneConfig(ratio=0.3, dtype="half")
+
+
+@pytest.mark.parametrize("command", ["prune", "profile", "ppl", "eval", "bench", "info", "export", "tune"])
+def test_every_command_that_loads_a_model_takes_dtype(command):
+    required = {"prune": ["--ratio", "0.3", "--out", "o"], "profile": ["--out", "o"], "export": ["--gguf", "o.gguf"],
+                "tune": ["--out", "o"]}.get(command, [])
+    args = build_parser().parse_args([command, "m", *required, "--dtype", "bfloat16"])
+    assert args.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
+def test_removal_equals_masking_in_bf16(make):
+    removal_equals_masking(as_dtype(make(), BF16), IDS, atol=1e-2)
+
+
+def test_bf16_default_prune_keeps_bf16_weights_and_float32_statistics(tmp_path):
+    model = as_dtype(tiny_qwen2(), BF16)
+    plan, pruned, run = default_plan(model, IDS)
+    assert plan.params_removed > 0
+    assert all(p.dtype == BF16 for p in pruned.parameters())  # compensation's biases included
+    gram = run.calibration.gram
+    gram.ensure(0)
+    assert all(g.dtype == torch.float32 for g in (*gram.fit.values(), *gram.held_out.values()))
+    assert all(s.sum.dtype == torch.float64 for per in run.calibration.stats.stats for s in per.values())
+    assert run.calibration.inputs.hidden[0][0].dtype == torch.float32  # cached layer inputs: exact, upcast
+    assert all(torch.isfinite(torch.as_tensor(run.table.loss[c])).all() for c in ("attn", "mlp"))
+    save_reload_same_logits(pruned, IDS, tmp_path / "bf16", BF16)
+
+
+def test_bf16_plan_is_close_to_the_float32_plan():
+    """Not identical (near-ties flip), but the bf16 plan removes the same budget and its logits track float32's."""
+    plan32, pruned32, _ = default_plan(tiny_llama(), IDS)
+    plan16, pruned16, _ = default_plan(as_dtype(tiny_llama(), BF16), IDS)
+    assert abs(plan16.params_removed - plan32.params_removed) <= 0.05 * plan32.params_removed
+    a, b = logits(pruned32, IDS), logits(pruned16, IDS)
+    assert (a - b).abs().max() < 0.1 * a.abs().max()
+
+
+def test_cli_prune_in_bf16_saves_bf16_and_records_it(tiny_model_folder, tmp_path):
+    from gapprune.cli import main
+
+    folder, text = tiny_model_folder
+    out = tmp_path / "out"
+    argv = ["prune", str(folder), "--ratio", "0.3", "--out", str(out), "--calib", str(text), "--calib-samples", "4",
+            "--profile-samples", "4", "--seq-len", "32", "--batch-size", "2", "--channel-step", "32", "--no-plots",
+            "--dtype", "bfloat16", "--gguf", str(tmp_path / "m.gguf"), "--gguf-type", "f16"]
+    assert main(argv) == 0
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((out / "plan.json").read_text())["config"]["dtype"] == "bfloat16"
+    from safetensors import safe_open
+
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+    assert (tmp_path / "m.gguf").stat().st_size > 0
+
+
+def test_gguf_export_from_bf16_equals_export_from_its_float32_upcast(tmp_path):
+    pytest.importorskip("gguf")
+    from tests.export.test_gguf import byte_level_tokenizer, heterogeneous, tiny
+
+    from gapprune.export.gguf import export_gguf
+
+    tokenizer = byte_level_tokenizer()
+    model = heterogeneous(tiny("llama", len(tokenizer))).to(BF16)
+    a = export_gguf(model, tokenizer, tmp_path / "bf16.gguf", file_type="f32")
+    b = export_gguf(model.float(), tokenizer, tmp_path / "f32.gguf", file_type="f32")
+    assert (tmp_path / "bf16.gguf").read_bytes() == (tmp_path / "f32.gguf").read_bytes()
+    assert a.params == b.params

@@ -1,0 +1,98 @@
+"""Memory that does not grow with depth: one layer's Gram matrices alive at a time, same numbers.
+
+The Grams used to be accumulated for every layer during the calibration pass (28 × 8,960² × 4 B × 2
+on Qwen2.5-1.5B, more than its weights). `LayerGrams` replays one dense layer from the cached inputs
+when asked; these tests check it holds one layer, replays each layer once per pass, and gives the
+same matrices, scores and pruned weights as the eager hooks (an independent path).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import torch
+
+from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.gram import GramStats, LayerGrams, gram_hooks
+from gapprune.cli import main
+from gapprune.importance import ScoringContext, score_units
+from gapprune.models import get_adapter
+from gapprune.prune.compensate import prune_and_compensate_
+from tests.conftest import tiny_qwen2
+from tests.helpers import tiny_run
+from tests.precision.contracts import IDS
+
+
+def eager_grams(model: torch.nn.Module) -> GramStats:
+    """Every layer's Grams from hooks on one calibration pass: the old path, as the reference."""
+    adapter, grams, stats = get_adapter(model), GramStats(), CalibrationStats()
+
+    def hooks() -> list:
+        return stats_hooks(adapter, stats)() + gram_hooks(adapter, grams)()
+
+    capture_layer_inputs(adapter, IDS, batch_size=2, extra_hooks=hooks, progress=False)
+    return grams
+
+
+class Watched(LayerGrams):
+    """Records how many Gram matrices are alive after every `ensure`."""
+
+    peak = 0
+
+    def ensure(self, layer: int) -> None:
+        super().ensure(layer)
+        Watched.peak = max(Watched.peak, self.n_matrices())
+
+
+def test_layer_grams_equal_the_eager_grams_bit_for_bit():
+    model = tiny_qwen2()
+    eager = eager_grams(model)
+    assert eager.n_matrices() == 4 * 4  # 4 layers x 2 components x 2 halves: what used to stay alive
+    run = tiny_run(model, IDS, criterion="obs", compensate="lsq")
+    lazy = run.calibration.gram
+    assert isinstance(lazy, LayerGrams)
+    for layer in range(4):
+        lazy.ensure(layer)
+        assert lazy.n_matrices() == 4  # one layer: 2 components x 2 halves
+        for key in lazy.fit:
+            assert torch.equal(lazy.fit[key], eager.fit[key]) and torch.equal(lazy.held_out[key], eager.held_out[key])
+            assert torch.equal(lazy.sums[key][1], eager.sums[key][1]) and lazy.counts[key] == eager.counts[key]
+    swapped = lazy.swapped()
+    swapped.ensure(2)
+    assert torch.equal(swapped.fit[(2, "mlp")], eager.held_out[(2, "mlp")])
+    assert lazy.n_matrices() == 4
+
+
+def test_scoring_and_dense_fit_compensation_hold_one_layer_and_match_the_eager_path():
+    model = tiny_qwen2()
+    run = tiny_run(model, IDS, criterion="obs", compensate="lsq")
+    eager = eager_grams(model)
+    stats = run.calibration.stats
+    assert run.calibration.gram.replays == 4  # scoring replayed each layer once
+    eager_scores = score_units(ScoringContext(run.adapter, stats, {}, eager), "obs")
+    assert eager_scores.to_dict() == run.calibration.scores.to_dict()
+
+    plan = run.plan(0.3, "gap")
+    watched = Watched(get_adapter(model), run.calibration.inputs)
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    watched.adapter = get_adapter(a)  # the Grams are replayed on the model being pruned, before each layer's surgery
+    Watched.peak = 0
+    summary = prune_and_compensate_(get_adapter(a), plan, "lsq", watched)
+    prune_and_compensate_(get_adapter(b), plan, "lsq", eager)
+    assert summary["applied"] + summary["kept_original"] > 0
+    assert 0 < Watched.peak <= 4
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_a_streamed_prune_keeps_sequential_lsq(tiny_model_folder, tmp_path, monkeypatch):
+    folder, text = tiny_model_folder
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "streamed"
+    argv = ["prune", str(folder), "--ratio", "0.3", "--out", str(out), "--calib", str(text), "--calib-samples", "4",
+            "--profile-samples", "4", "--seq-len", "32", "--batch-size", "2", "--channel-step", "32", "--no-plots",
+            "--offload", "on"]
+    assert main(argv) == 0
+    compensation = json.loads((out / "plan.json").read_text())["summary"]["compensation"]
+    assert compensation["method"] == "lsq" and compensation["sequential"] is True
