@@ -55,7 +55,7 @@ class DistillConfig:
     micro_batch: int = field(default=4, metadata={"help": "windows per forward/backward (bounds memory)"})
     epochs: float = field(default=1.0, metadata={"help": "passes over the training windows"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many steps (0: epochs decide)"})
-    max_seconds: float = field(default=0.0, metadata={"help": "stop after this much training time (0: no limit)"})
+    max_seconds: float = field(default=0.0, metadata={"help": "stop once training has taken this long in all, resumed parts included (0: no limit)"})
     val_windows: int = field(default=16, metadata={"help": "held-out training windows for the validation KL"})
     eval_every: int = field(default=50, metadata={"help": "steps between validation KLs"})
     save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
@@ -83,6 +83,7 @@ class DistillResult:
     val_kl: list[tuple[int, float]]
     wall_s: float
     data: dict[str, int]
+    train_s: float = 0.0  # training-loop time over all resumed parts (what max_seconds limits)
 
 
 def _loss(student: nn.Module, teacher: nn.Module, ids: torch.Tensor, config: DistillConfig) -> torch.Tensor:
@@ -168,8 +169,8 @@ def distill(
     step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
     model.train()
     bar = tqdm(total=total_steps, initial=step, desc=f"distil ({config.params})", unit="step")
-    run_start = time.perf_counter()
-    while step < total_steps and not (config.max_seconds and time.perf_counter() - run_start > config.max_seconds):
+    run_start, before = time.perf_counter(), result.train_s
+    while step < total_steps and not (config.max_seconds and result.train_s >= config.max_seconds):
         epoch, offset = divmod(step, steps_per_epoch)
         perm = list(range(train.shape[0]))
         random.Random(config.seed + epoch).shuffle(perm)
@@ -187,12 +188,13 @@ def distill(
         optimizer.zero_grad(set_to_none=True)
         step += 1
         result.steps, result.tokens = step, result.tokens + batch.numel()
+        result.train_s = round(before + time.perf_counter() - run_start, 2)
         result.train_loss.append(round(loss_sum, 5))
         bar.set_postfix(loss=f"{loss_sum:.4f}", lr=f"{lr:.1e}")
         bar.update()
         if on_step is not None:
             on_step(step, loss_sum)
-        last = step == total_steps
+        last = step == total_steps or bool(config.max_seconds and result.train_s >= config.max_seconds)
         if val.shape[0] and (step % config.eval_every == 0 or last):
             result.val_kl.append((step, round(validation_kl(model, teacher, val, config.micro_batch), 5)))
             log.info("step %d: validation KL %.4f", step, result.val_kl[-1][1])

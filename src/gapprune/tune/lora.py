@@ -32,6 +32,7 @@ class TuneConfig:
     cutoff: int = field(default=256, metadata={"help": "tokens per example"})
     epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many optimiser steps (0: epochs decide)"})
+    max_seconds: float = field(default=0.0, metadata={"help": "stop after this much training time (0: no limit)"})
     max_examples: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
     batch_size: int = field(default=4, metadata={"help": "examples per step"})
     val_examples: int = field(default=64, metadata={"help": "held-out examples for validation loss"})
@@ -55,6 +56,7 @@ class TuneResult:
     train_loss: list[float]
     val_loss: list[tuple[int, float]]
     wall_s: float
+    tokens: int = 0  # non-padding tokens seen
 
 
 @torch.no_grad()
@@ -124,7 +126,8 @@ def lora_tune(
     result = TuneResult(step, 0, [], [], 0.0)
     peft_model.train()
     bar = tqdm(total=total_steps, initial=step, desc="LoRA", unit="step")
-    while step < total_steps:
+    loop_start = time.perf_counter()
+    while step < total_steps and not (config.max_seconds and time.perf_counter() - loop_start >= config.max_seconds):
         epoch, offset = divmod(step * config.batch_size, len(train))
         random.Random(config.seed + epoch).shuffle(order)
         chunk = [train[i] for i in order[offset : offset + config.batch_size]]
@@ -136,12 +139,14 @@ def lora_tune(
         step += 1
         result.train_loss.append(round(float(loss.detach()), 5))
         result.examples_seen += len(chunk)
+        result.tokens += int(batch["attention_mask"].sum())
         bar.set_postfix(loss=f"{result.train_loss[-1]:.3f}")
         bar.update()
-        if val and (step % config.eval_every == 0 or step == total_steps):
+        out_of_time = bool(config.max_seconds) and time.perf_counter() - loop_start >= config.max_seconds
+        if val and (step % config.eval_every == 0 or step == total_steps or out_of_time):
             result.val_loss.append((step, round(_mean_loss(peft_model, val, pad_id, config.batch_size), 5)))
             log.info("step %d: validation loss %.4f", step, result.val_loss[-1][1])
-        if checkpoint_dir is not None and (step % config.save_every == 0 or step == total_steps):
+        if checkpoint_dir is not None and (step % config.save_every == 0 or step == total_steps or out_of_time):
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             torch.save(get_peft_model_state_dict(peft_model), checkpoint_dir / "adapter.pt")
             torch.save(optimizer.state_dict(), checkpoint_dir / "optimizer.pt")

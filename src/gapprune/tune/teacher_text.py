@@ -66,7 +66,7 @@ def teacher_windows(
     text_len = seq_len - (bos is not None)
     per_sequence = max(1, gen_len // text_len)
     n_sequences = -(-n_windows // per_sequence)
-    fingerprint = round(float(teacher.get_output_embeddings().weight[:16].double().sum()), 6)  # same name, other weights
+    fingerprint = round(float(teacher.get_output_embeddings().weight.detach()[:16].double().sum()), 6)  # same name, other weights
     key = json.dumps([teacher_id, fingerprint, text_len * per_sequence, seed, temperature, top_p, batch_size])
     folder = cache_dir / hashlib.sha256(key.encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)

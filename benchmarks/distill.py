@@ -1,0 +1,92 @@
+"""Recovery of a pruned folder at equal tuning time: LoRA on Alpaca (today's `tune`), distillation
+with LoRA, distillation of all parameters. Settings live here; the work is `gapprune.tune`.
+
+    python benchmarks/distill.py --pruned runs/smollm2-gap-25 --ratio 0.25 --method distill-all \
+        --minutes 10 --run-dir runs/distill/25-all --out docs/results/recovery.json [--zeroshot]
+
+The run folder keeps the checkpoint: the same command with more `--minutes` continues the run
+(the time limit counts all parts; the rate is constant after warm-up, so a continued run is the
+longer run's prefix). Records: perplexity on the first 256 windows of 128 tokens of WikiText-2 and
+PTB test, and (with --zeroshot) the 7 tasks at 500 examples each.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DATASETS, TASKS, ResultLog, Window, parser, perplexity  # noqa: E402
+
+# What each method trains; every method sees the same text (Alpaca) unless --data says otherwise.
+METHODS = {
+    "lora": {},  # TuneConfig defaults: rank 8, lr 1e-4, 4 examples of <= 256 tokens per step
+    "distill-lora": {"params": "lora", "rank": 8},  # lr 5e-4
+    "distill-all": {"params": "all"},  # lr 1e-4
+}
+DISTILL = {"seq_len": 128, "batch_size": 8, "micro_batch": 4, "val_windows": 16, "eval_every": 25, "save_every": 10}
+ZEROSHOT_LIMIT = 500
+
+
+def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn.Module, dict]:  # type: ignore[no-untyped-def]
+    """Train for `args.minutes` of training time in all; returns the model and a flat record."""
+    from gapprune.tune import DistillConfig, TuneConfig, distill, lora_tune
+
+    seconds = args.minutes * 60
+    run_dir = Path(args.run_dir)
+    if method == "lora":
+        config = TuneConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
+                            save_every=25, eval_every=50)
+        model, result = lora_tune(model, tokenizer, config, run_dir / "ckpt")
+        return model, {"steps": result.steps, "tokens": result.tokens, "examples": result.examples_seen,
+                       "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
+                       "settings": asdict(config)}
+    config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
+                           teacher=args.teacher, **DISTILL, **METHODS[method])
+    model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
+    return model, {"steps": result.steps, "tokens": result.tokens, "wall_s": result.wall_s, "train_s": result.train_s,
+                   "val_kl": result.val_kl, "teacher": result.teacher, "data_windows": result.data,
+                   "settings": asdict(config)}
+
+
+def main() -> None:
+    p = parser(__doc__, out="docs/results/recovery.json")
+    p.add_argument("--pruned", required=True, help="pruned folder (gapprune prune ... --out)")
+    p.add_argument("--ratio", type=float, required=True)
+    p.add_argument("--method", choices=sorted(METHODS), required=True)
+    p.add_argument("--data", default="alpaca", help="training text (self, alpaca, a file; joined by +)")
+    p.add_argument("--teacher", default=None)
+    p.add_argument("--minutes", type=float, required=True, help="training time in all (resumed parts included)")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--zeroshot", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    from gapprune.api import load
+    from gapprune.export.save import save
+
+    log = ResultLog(args.out)
+    model, tokenizer = load(args.pruned)
+    start = time.perf_counter()
+    model, record = tune(args.method, model, tokenizer, args)
+    save(model, tokenizer, Path(args.run_dir) / "model", overwrite=True)
+    label = {"method": f"{args.method}:{args.data}", "ratio": args.ratio}
+    base = {**label, "train_data": args.data, "minutes": args.minutes, "pruned": args.pruned, **record,
+            "tune_wall_s": round(time.perf_counter() - start, 1)}
+    for dataset in DATASETS:
+        ppl = perplexity(model, tokenizer, Window(dataset), args.data_dir)
+        log.emit({"kind": "methods", "dataset": dataset, "seq_len": 128, "windows": ppl["windows"],
+                  "ppl": round(ppl["ppl"], 3), **base})
+    if args.zeroshot:
+        from gapprune.evaluate.zeroshot import zero_shot
+
+        for r in zero_shot(model, tokenizer, TASKS, data_directory=args.data_dir, limit=ZEROSHOT_LIMIT):
+            log.emit({"kind": "zeroshot", **label, **r, "steps": record["steps"], "train_s": record["train_s"]})
+
+
+if __name__ == "__main__":
+    main()
