@@ -33,7 +33,8 @@ from gapprune.evaluate.timing import median_seconds, synchronize
 from gapprune.pipeline import calibrate_on
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.profiling.loss_table import dense_reference, option_grid, replay_metric
+from gapprune.profiling.head import dense_reference
+from gapprune.profiling.loss_table import option_grid, replay_metric
 from gapprune.prune import default_channel_step
 
 
@@ -81,7 +82,7 @@ def main() -> None:
         kwargs = move_kwargs(inputs.kwargs[0][0], device)
         record["layer_s"] = round(median_seconds(lambda: run_layer(adapter.layers[0], hidden, kwargs), repeats=5,
                                                    device=device), 5)
-        reference = dense_reference(adapter, inputs, device)
+        reference = dense_reference(adapter, inputs, "kl", device)
         record["reference_replay_from_layer0_s"] = round(
             median_seconds(lambda: replay_metric(adapter, inputs, 0, "kl", reference, device), device=device), 4)
     step = default_channel_step(args.intermediate)

@@ -7,15 +7,30 @@ their tables agree, and WikiText-2 perplexity of the GAP plans at 25% and 50% fr
 `calib`: tables at several calibration sizes (exact and Fisher, optionally bf16), how stable the
 ranking and the plans are against the largest size, and the perplexity of each plan.
 Plans are applied without compensation so that only the table differs.
+`auto`: `--profiler auto` against `--profiler exact`: for each ratio the README's command (`gapprune
+prune smollm2-135m --ratio R --out DIR`, no --eval: profile + DP + surgery + compensation + save) is
+timed end to end as a user runs it, with each profiler. The exact table does not depend on the ratio,
+so with `--reuse-exact` only the first ratio profiles exactly and the others time the same command
+with `--profile` pointing at that folder, adding the measured profiling time (said in the record).
+`--exact-table FILE` takes an exact loss_table.json measured before (same model and settings): each
+auto run's profile folder gets it in place of its own table, and the exact plan is pruned from there
+(`--profile`), its profiling time taken from the table's own `wall_s`. Then both plans' WikiText-2
+perplexity (first 256 windows of 128 tokens) is measured.
 
     python benchmarks/profilers.py timing --data-dir ../shared/data --out docs/results/performance.json
     python benchmarks/profilers.py calib --device cuda --tokens 512,1024,2048,4096,8192 --out calib.json
+    python benchmarks/profilers.py auto --data-dir ../shared/data --out docs/results/performance.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,8 +47,7 @@ from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate_on, calibration_ids, plan_for
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher, rank_correlation
-from gapprune.profiling.head import logsumexp_logits
-from gapprune.profiling.head import dense_reference
+from gapprune.profiling.head import dense_reference, logsumexp_logits
 from gapprune.profiling.loss_table import build_loss_table
 from gapprune.prune import default_channel_step
 
@@ -219,9 +233,82 @@ def calib(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
             table.save(Path(args.save_tables) / f"table_{profiler}_{tokens}.json")
 
 
+def run_prune(model: str, ratio: float, out: Path, profiler: str, data_dir: str | None, *extra: str) -> dict[str, float]:
+    """Wall and CPU seconds of one `gapprune prune` process."""
+    command = [sys.executable, "-m", "gapprune", "prune", model, "--ratio", str(ratio), "--out", str(out), "--overwrite",
+               "--no-plots", "--profiler", profiler, *extra]
+    env = {**os.environ, **({"GAPPRUNE_DATA": data_dir} if data_dir else {})}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, check=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def full_replays(table: LossTable) -> int:
+    """Replays of the exact profiler's grid (its measured options, nothing-removed excluded)."""
+    stride = int(table.meta.get("mlp_stride", 1))
+    attn = table.n_layers * (len(table.options["attn"]) - 1)
+    n_mlp = len(table.options["mlp"])
+    mlp_grid = len(set(range(0, n_mlp, stride)) | {n_mlp - 1}) - 1
+    return attn + table.n_layers * mlp_grid
+
+
+def exact_replays(table: LossTable) -> int:
+    """Exact entries measured, nothing-removed options excluded (they are exactly 0 without a replay)."""
+    assert table.exact is not None
+    return sum(int(table.exact[c][:, 1:].sum()) for c in table.exact)
+
+
+def auto(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    """`gapprune prune` with --profiler auto and exact per ratio, timed end to end; both plans' perplexity."""
+    runs = Path(args.runs)
+    exact_profile: tuple[Path, float] | None = None
+    folders: dict[tuple[str, float], Path] = {}
+    timing: dict[tuple[str, float], dict[str, float]] = {}
+    for ratio in map(float, args.ratios.split(",")):
+        auto_dir = runs / f"auto_{ratio}"
+        timing[("auto", ratio)] = run_prune(args.model, ratio, auto_dir, "auto", args.data_dir)
+        exact_dir = runs / f"exact_{ratio}"
+        if args.exact_table:
+            profile_dir = runs / f"exact_profile_{ratio}"
+            shutil.rmtree(profile_dir, ignore_errors=True)
+            profile_dir.mkdir(parents=True)
+            for name in ("profile.json", "scores.json", "signals.json"):
+                shutil.copyfile(auto_dir / name, profile_dir / name)
+            shutil.copyfile(args.exact_table, profile_dir / "loss_table.json")
+            table_s = float(json.loads(Path(args.exact_table).read_text())["meta"]["wall_s"])
+            measured = run_prune(args.model, ratio, exact_dir, "exact", args.data_dir, "--profile", str(profile_dir))
+            timing[("exact", ratio)] = {**measured, "wall_s": round(measured["wall_s"] + table_s, 1),
+                                        "profiling_reused_s": table_s}
+        elif exact_profile is None or not args.reuse_exact:
+            timing[("exact", ratio)] = run_prune(args.model, ratio, exact_dir, "exact", args.data_dir)
+            table_s = json.loads((exact_dir / "profile.json").read_text())["timings"]["profiling"]
+            exact_profile = (exact_dir, table_s)
+        else:
+            measured = run_prune(args.model, ratio, exact_dir, "exact", args.data_dir, "--profile", str(exact_profile[0]))
+            timing[("exact", ratio)] = {**measured, "wall_s": round(measured["wall_s"] + exact_profile[1], 1),
+                                        "profiling_reused_s": exact_profile[1]}
+        folders[("auto", ratio)], folders[("exact", ratio)] = auto_dir, exact_dir
+    ppl: dict[tuple[str, float], float] = {}
+    for key, folder in folders.items():
+        model, tokenizer = load(str(folder))
+        ppl[key] = perplexity(model, tokenizer, Window("wikitext2", 128, args.windows), args.data_dir)["ppl"]
+    for (profiler, ratio), folder in folders.items():
+        table = LossTable.load(folder / "loss_table.json")
+        meta = table.meta.get("auto", {}) if profiler == "auto" else {}
+        emit({"kind": "auto_vs_exact", "profiler": profiler, "ratio": ratio, **timing[(profiler, ratio)],
+              "exact_replays": exact_replays(table), "full_replays": full_replays(table),
+              "ppl": round(ppl[(profiler, ratio)], 3), "ppl_exact": round(ppl[("exact", ratio)], 3),
+              "dataset": "wikitext2", "seq_len": 128, "windows": args.windows, "estimate": meta.get("estimate_profiler"),
+              "margin": meta.get("margin"), "rounds": meta.get("rounds")})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["timing", "calib", "layers"])
+    parser.add_argument("mode", choices=["timing", "calib", "layers", "auto"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="cpu")
@@ -235,10 +322,15 @@ def main() -> None:
                         help="layers: start layers to time both exact profilers on")
     parser.add_argument("--no-ppl", action="store_true", help="timing: skip the perplexity of the plans")
     parser.add_argument("--save-tables", default=None, help="calib: folder to save every table in")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--ratios", default="0.125,0.25,0.375,0.5", help="auto: ratios to prune at")
+    parser.add_argument("--runs", default="runs/auto_bench", help="auto: where the pruned folders go")
+    parser.add_argument("--reuse-exact", action=argparse.BooleanOptionalAction, default=True,
+                        help="auto: profile exactly once, reuse the folder for the other ratios")
+    parser.add_argument("--exact-table", default=None, help="auto: an exact loss_table.json of this model and settings")
+    parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out, args.device)
-    {"timing": timing, "calib": calib, "layers": layers}[args.mode](args, log.emit)
+    {"timing": timing, "calib": calib, "layers": layers, "auto": auto}[args.mode](args, log.emit)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from transformers import (
     Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -51,6 +53,18 @@ def tiny_qwen2(seed: int = 0) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
+def tiny_mistral(seed: int = 0) -> MistralForCausalLM:
+    """Sliding-window attention (window 8 < the 24-token test batch), grouped-query, untied head."""
+    torch.manual_seed(seed)
+    config = MistralConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=256, sliding_window=8,
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["MistralForCausalLM"]
+    return MistralForCausalLM(config).eval()
+
+
 def tiny_gemma3(seed: int = 0, n_kv_heads: int = 2) -> Gemma3ForCausalLM:
     """Sliding and global layers (window 8 < the 24-token test batch), random norm weights so that the
     pre/post, q/k norms all act, tied scaled embeddings."""
@@ -70,7 +84,7 @@ def tiny_gemma3(seed: int = 0, n_kv_heads: int = 2) -> Gemma3ForCausalLM:
     return model
 
 
-FAMILIES = {"llama": tiny_llama, "qwen3": tiny_qwen3, "qwen2": tiny_qwen2, "gemma3": tiny_gemma3}
+FAMILIES = {"llama": tiny_llama, "mistral": tiny_mistral, "qwen3": tiny_qwen3, "qwen2": tiny_qwen2, "gemma3": tiny_gemma3}
 
 
 @pytest.fixture(params=sorted(FAMILIES))

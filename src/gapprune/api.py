@@ -21,8 +21,10 @@ from gapprune.distributed import is_main
 from gapprune.export.save import save, write_atomically
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import load_model
+from gapprune.models.streaming import is_streamed
 from gapprune.phases import timed
 from gapprune.pipeline import Profile, calibrate, plan_for, profile_model, prune_model_
+from gapprune.profiling.profilers import check_supported
 from gapprune.prune.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneC
     With the `auto` profiler the table stays an estimate here: each later prune measures exactly
     what its own ratio's plan needs, and the output folder keeps the grown table.
     """
+    check_supported(config, streamed=is_streamed(model))
     return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir, complete=False)
 
 
@@ -90,6 +93,7 @@ def prune(
     `profile`: a profile of this model measured before (it must match the model and settings);
     `plan`: apply this plan as it is (no profiling; calibration still runs when compensating).
     """
+    check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     needs_calibration = plan is None or config.compensate != "none"
     calibration = calibrate(model, tokenizer, config) if needs_calibration else None
     adapter = get_adapter(model)
@@ -148,8 +152,9 @@ def write_pruned_folder(
     evaluation: list[dict[str, Any]] | None = None,
     plots: bool = True,
     overwrite: bool = False,
+    run: dict[str, Any] | None = None,
 ) -> Path:
-    """The pruned model folder plus plan.json, loss_table.json, report.md, eval.json and plots."""
+    """The pruned model folder plus plan.json, loss_table.json, report.md, eval.json, run.json and plots."""
     from gapprune.evaluate.report import write_report
 
     def extras(folder: Path) -> None:
@@ -158,6 +163,8 @@ def write_pruned_folder(
             profile.save(folder)  # the output folder doubles as a profile folder for other ratios
         if evaluation:
             (folder / "eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
+        if run:
+            (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n")
         if plots:
             try:
                 from gapprune.evaluate.plots import plot_kept_fraction, plot_loss_table

@@ -68,8 +68,6 @@ class PruneConfig:
             raise ValueError(f"compensate must be lsq, bias or none, got {self.compensate!r}")
         if self.compensation_aware and self.compensate == "none":
             raise ValueError("compensation_aware measures options as compensated: set compensate to lsq or bias")
-        if self.compensation_aware and self.profiler == "fisher":
-            raise ValueError("the compensation-aware table is measured by replays: use the auto or exact profiler")
         if self.profiler not in ("exact", "fisher", "auto"):
             raise ValueError(f"profiler must be auto, exact or fisher, got {self.profiler!r}")
         if self.auto_margin < 0:

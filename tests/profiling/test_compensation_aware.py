@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from gapprune.models import get_adapter
-from gapprune.profiling.batched import dense_base, dense_head_reference, replay_stacked
+from gapprune.profiling.batched import dense_base, replay_stacked
+from gapprune.profiling.head import dense_reference
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.compensate import prune_component_and_compensate_
 from gapprune.prune.plan import kept_units
@@ -45,7 +46,7 @@ def test_an_entry_is_the_loss_of_the_model_pruned_and_compensated_there(runs, la
     # the half of the calibration batches that does not hold the profiling windows
     prune_component_and_compensate_(get_adapter(pruned), layer, component, kept, aware.calibration.gram.swapped(),
                                     "lsq")
-    reference = dense_head_reference(adapter, inputs, "kl", device)
+    reference = dense_reference(adapter, inputs, "kl", device)
     positions = sum(METRICS.get("kl").positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
     with torch.inference_mode():
         base = dense_base(adapter, inputs, reference, "kl", device)

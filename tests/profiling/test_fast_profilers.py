@@ -18,7 +18,8 @@ from gapprune.profiling.fisher import (
     rank_correlation,
     spearman,
 )
-from gapprune.profiling.loss_table import build_loss_table, dense_reference, masked_units, replay_metric
+from gapprune.profiling.head import dense_reference
+from gapprune.profiling.loss_table import build_loss_table, masked_units, replay_metric
 
 
 def _profile_parts(model: torch.nn.Module, ids: torch.Tensor, batch_size: int = 2):
@@ -95,7 +96,7 @@ def test_fisher_estimate_has_the_right_sign_and_tracks_single_unit_removal(tiny_
     grads = mask_gradients(adapter, ids, batch_size=4, labels="model", progress=False)
     exact, estimate = [], []
     with torch.inference_mode():
-        reference = dense_reference(adapter, inputs, torch.device("cpu"))
+        reference = dense_reference(adapter, inputs, "kl", torch.device("cpu"))
         for layer in range(adapter.n_layers):
             base = replay_metric(adapter, inputs, layer, "kl", reference, torch.device("cpu"))
             n = grads[(layer, "mlp")].shape[1]

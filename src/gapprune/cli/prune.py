@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +46,13 @@ class PruneCommand:
         from gapprune.api import check_prunable, load, prune, require_tokenizer, write_pruned_folder
         from gapprune.distributed import is_main, setup
         from gapprune.evaluate.perplexity import evaluate_ppl
-        from gapprune.models.streaming import check_streamable
+        from gapprune.evaluate.run_record import run_record
+        from gapprune.models.streaming import is_streamed
         from gapprune.pipeline import Profile
+        from gapprune.profiling.profilers import check_supported
         from gapprune.prune.plan import Plan
 
+        start = time.perf_counter()
         if args.plan and args.profile:
             raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
         plan_in = Plan.load(args.plan) if args.plan else None
@@ -62,6 +67,7 @@ class PruneCommand:
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
         check_prunable(args.model)
+        check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         profile_in = Profile.load(args.profile) if args.profile else None
         if args.gguf:
             from gapprune.export.gguf import check_export_args
@@ -69,7 +75,7 @@ class PruneCommand:
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
         require_tokenizer(tokenizer, args.model)
-        check_streamable(model, config, plan_in)
+        check_supported(config, streamed=is_streamed(model), plan_given=plan_in is not None)
         record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d] if is_main() else []
         kwargs = {"seq_len": args.eval_seq_len, "max_windows": args.eval_windows, "data_dir": config.data_dir}
@@ -85,9 +91,11 @@ class PruneCommand:
         evaluation += [
             {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
-        out = write_pruned_folder(
-            args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots, overwrite=args.overwrite
-        )
+        phases = dict(profile.timings) if profile is not None and plan_in is None else {}
+        run = run_record(time.perf_counter() - start, phases, config.calib_samples * config.seq_len,
+                         device=config.device, command=["gapprune", *sys.argv[1:]], dtype=config.dtype)
+        out = write_pruned_folder(args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots,
+                                  overwrite=args.overwrite, run=run)
         s = plan.summary
         print(
             f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
@@ -95,7 +103,7 @@ class PruneCommand:
         )
         for row in evaluation:
             print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
-        print(f"saved to {out} (report: {out / 'report.md'})")
+        print(f"saved to {out} in {run['wall_s']:.0f} s (report: {out / 'report.md'}; times: {out / 'run.json'})")
         if args.gguf:
             from gapprune.export.gguf import export_gguf
 
@@ -124,6 +132,7 @@ class ProfileCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import check_prunable, load, profile, require_tokenizer, write_profile_folder
         from gapprune.distributed import is_main, setup
+        from gapprune.profiling.profilers import check_supported
 
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
                     if name not in ProfileCommand.not_profile_settings}
@@ -131,6 +140,7 @@ class ProfileCommand:
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
         check_prunable(args.model)
+        check_supported(config, streamed=False)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
         result = profile(model, require_tokenizer(tokenizer, args.model), config)
         if not is_main():  # torchrun: the other ranks only helped profile

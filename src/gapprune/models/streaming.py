@@ -312,20 +312,3 @@ def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.f
     if offload == "off" or not local:
         return False
     return offload == "on" or weights_bytes(folder, dtype) > available_bytes() // 2
-
-
-def check_streamable(model: nn.Module, config: Any, plan: Any = None) -> None:
-    """Refuse, with the way out named, the settings that need every layer's weights at once."""
-    if not is_streamed(model):
-        return
-    if plan is None and config.allocator == "gap" and config.profiler == "fisher":
-        raise ValueError("a streamed model (--offload) is profiled by the exact layer-major profiler; "
-                         "pass --profiler exact (or auto, which streams the exact pass) instead of fisher")
-    if config.compensation_aware:
-        raise ValueError("--compensation-aware is not supported with a streamed model yet; load it in memory "
-                         "(--offload off)")
-    if config.criterion == "taylor":
-        raise ValueError("the taylor criterion needs gradients of every layer at once; with --offload choose "
-                         "obs, activation, fluctuation or magnitude")
-    if config.refine:
-        raise ValueError("--refine masks several layers at once; it does not run with --offload")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
+from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tokens, option_grid
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units
@@ -139,7 +139,7 @@ def measure_entries(
     """
     device = next(adapter.model.parameters()).device
     if reference is None:
-        reference = dense_head_reference(adapter, inputs, metric, device, chunk_rows)
+        reference = dense_reference(adapter, inputs, metric, device, chunk_rows)
     batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     per_pass = max(1, max_rows // batch_tokens)
     positions = sum(METRICS.get(metric).positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
@@ -182,11 +182,6 @@ def dense_base(adapter: ModelAdapter, inputs: LayerInputs, reference: HeadRefere
     sums = replay_stacked(adapter, inputs, adapter.n_layers - 1, COMPONENTS[0], [None], reference, device, chunk_rows)
     return float(sums[0]) / positions
 
-
-def dense_head_reference(adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
-                         chunk_rows: int = 512) -> HeadReference:
-    return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
-                               device, chunk_rows)
 
 
 def build_loss_table_batched(

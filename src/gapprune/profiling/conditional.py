@@ -18,7 +18,8 @@ from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
-from gapprune.profiling.batched import dense_head_reference, measure_entries, replay_stacked
+from gapprune.profiling.batched import measure_entries, replay_stacked
+from gapprune.profiling.head import dense_reference
 from gapprune.profiling.loss_table import UnitMasks, measured_options
 from gapprune.prune.plan import kept_units
 
@@ -38,7 +39,7 @@ def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, ta
               chunk_rows: int = 512) -> float:
     """The metric with every component pruned as `choice` says, minus the dense model's (per position)."""
     device = next(adapter.model.parameters()).device
-    reference = dense_head_reference(adapter, inputs, table.metric, device, chunk_rows)
+    reference = dense_reference(adapter, inputs, table.metric, device, chunk_rows)
     positions = sum(reference.metric.positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
 
     def replay() -> float:
@@ -58,7 +59,7 @@ def conditional_loss_table(
 ) -> LossTable:
     """ΔL[l, c, k] = M(plan with (l, c) at option k) − M(plan with (l, c) dense), the others as planned."""
     device = next(adapter.model.parameters()).device
-    reference = dense_head_reference(adapter, inputs, table.metric, device)  # always against the dense model
+    reference = dense_reference(adapter, inputs, table.metric, device)  # always against the dense model
     planned_kept = kept_by_component(adapter, scores, table, choice)
     loss = {c: np.zeros_like(table.loss[c]) for c in COMPONENTS}
     measured = {c: measured_options(len(table.options[c]), mlp_stride if c == "mlp" else 1) for c in COMPONENTS}

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gapprune.calibrate.capture import LayerInputs
+from gapprune.models.adapter import ModelAdapter
 from gapprune.profiling.metrics import METRICS, Metric
 
 
@@ -90,3 +92,10 @@ def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: i
     if reference.bias_dot[batch] is not None:
         cross = cross + reference.bias_dot[batch]
     return (reference.const[batch] - cross).double().sum(dim=(1, 2))
+
+
+def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
+                    chunk_rows: int = 512) -> HeadReference:
+    """The dense model's side of `metric` on the calibration batches: every profiler's zero point."""
+    return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
+                               device, chunk_rows)

@@ -32,12 +32,11 @@ from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.profiling.batched import (
     Measured,
-    dense_head_reference,
     option_masks,
     stack_kwargs,
     table_from_rows,
 )
-from gapprune.profiling.head import metric_sums
+from gapprune.profiling.head import dense_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
 from gapprune.prune.plan import kept_units
 
@@ -184,7 +183,7 @@ def _traverse(adapter: ModelAdapter, inputs: LayerInputs, replays: list[Replay],
               scratch_dir: str | Path | None) -> Measured:
     """Advance every replay from its start layer to the last, then sum its metric; ΔL = value − its base."""
     n_layers = adapter.n_layers
-    reference = dense_head_reference(adapter, inputs, metric, device, chunk_rows)
+    reference = dense_reference(adapter, inputs, metric, device, chunk_rows)
     norm, head = adapter.final_norm(), adapter.lm_head()
     batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     per_pass = max(1, max_rows // batch_tokens)

@@ -21,7 +21,7 @@ from gapprune.allocate.table import LossTable
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
-from gapprune.profiling.head import HeadReference, make_head_reference, metric_sums
+from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.options import attention_options, mlp_options
 from gapprune.prune.plan import kept_units, option_params
@@ -96,12 +96,6 @@ def masked_units(adapter: ModelAdapter, layer: int, component: str, kept: list[i
         masks.set_(layer, component, kept)
         yield
 
-
-def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, device: torch.device, metric: str = "kl",
-                    chunk_rows: int = 512) -> HeadReference:
-    """The dense model's side of `metric` on the calibration batches (see `profiling/metrics.py`)."""
-    return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
-                               device, chunk_rows)
 
 
 def replay_metric(
@@ -193,7 +187,7 @@ def build_loss_table(
     loss = grid.empty_loss()
     start_time = time.perf_counter()
     if measure:
-        reference = dense_reference(adapter, inputs, device, metric)
+        reference = dense_reference(adapter, inputs, metric, device)
         total = adapter.n_layers * sum(len(v) - 1 for v in grid.measured.values())
         bar = tqdm(total=total, desc=f"profile ΔL ({metric})", unit="opt", disable=not progress)
         for layer in range(adapter.n_layers):

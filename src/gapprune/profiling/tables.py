@@ -22,11 +22,11 @@ from gapprune.profiling.batched import (
     Measured,
     build_loss_table_batched,
     dense_base,
-    dense_head_reference,
     measure_entries,
 )
 from gapprune.profiling.checkpoint import EntryCheckpoint, LayerCheckpoint, run_key
 from gapprune.profiling.fisher import build_loss_table_fisher
+from gapprune.profiling.head import dense_reference
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import calibration_tokens, option_grid
 from gapprune.prune import default_channel_step
@@ -62,9 +62,6 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     if config.profiler == "fisher":
         return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
                                        batch_size=config.batch_size, seed=config.seed)
-    if config.compensation_aware and is_streamed(adapter.model):
-        raise ValueError("the compensation-aware table is not measured on a streamed model; drop "
-                         "--compensation-aware or load the model in memory (--offload off)")
     if config.profiler == "auto" and not is_streamed(adapter.model):
         checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
         saved = checkpoint.load_screen()
@@ -165,7 +162,7 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     device = next(adapter.model.parameters()).device
     budget = budget_params(total_params, config.ratio, adapter.decoder_params(), config.ratio_of)
 
-    reference = dense_head_reference(adapter, inputs, config.metric, device)
+    reference = dense_reference(adapter, inputs, config.metric, device)
     base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
     compensation = table_compensation(calibration, config)
 
