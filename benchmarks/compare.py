@@ -27,8 +27,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from common import (ALLOCATOR_WINDOWS, ALLOCATORS, CALIBRATION, DATASETS, PROFILE, RATIOS, TASKS, ResultLog, Window,
-                    bench_config, parser, perplexity, reload_check)
+from common import (
+    ALLOCATOR_WINDOWS,
+    ALLOCATORS,
+    CALIBRATION,
+    DATASETS,
+    PROFILE,
+    RATIOS,
+    TASKS,
+    ResultLog,
+    Window,
+    bench_config,
+    parser,
+    perplexity,
+    reload_check,
+)
 
 from gapprune.api import load, pruned_copy, write_profile_folder
 from gapprune.config import PROFILE_SETTINGS, TABLE_SETTINGS, PruneConfig
