@@ -64,7 +64,7 @@ def test_streamed_prune_and_save_reload_to_the_in_memory_logits(tiny_model_folde
 def test_streamed_runs_refuse_what_needs_every_layer(tiny_model_folder, tmp_path, capsys):
     folder, text = tiny_model_folder
     assert main(prune_argv(folder, text, tmp_path / "o", "--offload", "on", "--profiler", "fisher")) == 2
-    assert "pass --profiler auto or exact" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert "set profiler to auto or exact" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_offload_auto_streams_only_what_would_not_fit(tiny_model_folder, monkeypatch):

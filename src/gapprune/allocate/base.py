@@ -108,6 +108,6 @@ def budget_params(total_params: int, ratio: float, decoder_params: int = 0, rati
     if ratio_of == "decoder":
         if decoder_params <= 0:
             raise ValueError("this profile was saved before decoder parameters were counted; profile again "
-                             "to prune with --ratio-of decoder")
+                             "to prune with ratio_of decoder")
         return round(ratio * decoder_params)
     return round(ratio * total_params)

@@ -219,7 +219,7 @@ def check_export_args(out: str | Path, file_type: str, overwrite: bool) -> None:
     if out.suffix != ".gguf":
         raise ValueError(f"{out} does not end in .gguf; name the output file FILE.gguf")
     if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; choose another file or pass --overwrite")
+        raise FileExistsError(f"{out} already exists; choose another file or pass overwrite=True")
 
 
 @torch.inference_mode()

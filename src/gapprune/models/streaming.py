@@ -308,7 +308,7 @@ def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.f
     folder = Path(source)
     local = folder.is_dir() and ((folder / INDEX_FILE).is_file() or (folder / "model.safetensors").is_file())
     if offload == "on" and not local:
-        raise ValueError(f"--offload on needs a local folder of safetensors weights; {source} is not one")
+        raise ValueError(f"offload on needs a local folder of safetensors weights; {source} is not one")
     if offload == "off" or not local:
         return False
     return offload == "on" or weights_bytes(folder, dtype) > available_bytes() // 2

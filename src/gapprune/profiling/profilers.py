@@ -4,7 +4,7 @@ To add a profiler, register a `ProfilerSpec` under the name `--profiler` takes, 
 supports, and give `profiling/tables.py` its branch. Every refusal of a combination (a profiler on a
 streamed model, a compensation-aware table by a profiler that does not replay, settings that need
 every layer's weights at once) lives in `check_supported`, so the CLI and the API refuse the same
-things with the same words, before any work.
+things with the same words (parameter names, which are the flags' names too), before any work.
 """
 
 from __future__ import annotations
@@ -49,20 +49,20 @@ def check_supported(config: Any, *, streamed: bool, plan_given: bool = False) ->
     spec = PROFILERS.get(config.profiler)
     profiles = not plan_given and config.allocator == "gap"
     if config.compensation_aware and not spec.compensation_aware:
-        supported = ", ".join(name for name in PROFILERS if PROFILERS.get(name).compensation_aware)
-        raise ValueError(f"the compensation-aware table is measured by replays: use the {supported} profiler "
+        supported = " or ".join(name for name in PROFILERS if PROFILERS.get(name).compensation_aware)
+        raise ValueError(f"the compensation-aware table is measured by replays: set profiler to {supported} "
                          f"instead of {spec.name}")
     if not streamed:
         return
     if profiles and not spec.streamed:
         supported = " or ".join(name for name in PROFILERS if PROFILERS.get(name).streamed)
-        raise ValueError(f"a streamed model (--offload) is profiled by the exact layer-major profiler; "
-                         f"pass --profiler {supported} instead of {spec.name}")
+        raise ValueError(f"a streamed model (offload) is profiled by the exact layer-major profiler; "
+                         f"set profiler to {supported} instead of {spec.name}")
     if config.compensation_aware:
-        raise ValueError("--compensation-aware is not supported with a streamed model yet; load it in memory "
-                         "(--offload off)")
+        raise ValueError("compensation_aware is not supported with a streamed model yet; load it in memory "
+                         "(offload off)")
     if config.criterion == "taylor":
-        raise ValueError("the taylor criterion needs gradients of every layer at once; with --offload choose "
-                         "obs, activation, fluctuation or magnitude")
+        raise ValueError("the taylor criterion needs gradients of every layer at once; on a streamed model "
+                         "(offload) set criterion to obs, activation, fluctuation or magnitude")
     if config.refine:
-        raise ValueError("--refine masks several layers at once; it does not run with --offload")
+        raise ValueError("refine masks several layers at once; it does not run on a streamed model (offload)")
