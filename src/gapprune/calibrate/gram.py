@@ -43,6 +43,14 @@ class GramStats:
         return GramStats(fit=self.held_out, held_out=self.fit, sums={k: v[::-1] for k, v in self.sums.items()},
                          counts={k: v[::-1] for k, v in self.counts.items()}, batches=dict(self.batches))
 
+    def to_cpu_(self) -> None:
+        """Move accumulated matrices to the CPU, where the solves run (in place: views share the dicts)."""
+        for table in (self.fit, self.held_out):
+            for key, value in table.items():
+                table[key] = value.cpu()
+        for key, sums in self.sums.items():
+            self.sums[key] = [t.cpu() for t in sums]
+
     def n_matrices(self) -> int:
         """Gram matrices held now (both halves counted): what a memory test watches."""
         return len(self.fit) + len(self.held_out)
@@ -87,6 +95,7 @@ class LayerGrams(GramStats):
         finally:
             for handle in handles:
                 handle.remove()
+        self.to_cpu_()
         self.layer = layer
         self.replays += 1
 
@@ -109,7 +118,10 @@ def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats) -> torch
     into.counts[key], into.batches[key] = [0, 0], 0
 
     def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-        x = args[0].detach().reshape(-1, args[0].shape[-1]).float().cpu()  # (tokens, n_in)
+        x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # (tokens, n_in), float32 on the layer's device
+        if into.fit[key].device != x.device:  # accumulate where the activations are (a GPU); `to_cpu_` after
+            into.fit[key], into.held_out[key] = into.fit[key].to(x.device), into.held_out[key].to(x.device)
+            into.sums[key] = [t.to(x.device) for t in into.sums[key]]
         half = into.batches[key] % 2
         (into.held_out if half else into.fit)[key] += x.T @ x
         into.sums[key][half] += x.double().sum(0)

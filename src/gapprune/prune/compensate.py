@@ -84,6 +84,7 @@ def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int
           ridge: float = 1.0) -> Refit:
     """The `lsq` or `bias` compensation of a projection that keeps the dense input columns `cols`."""
     stats.ensure(key[0])
+    dense = dense.detach().cpu()  # the Grams live on the CPU; solves run there in float64, results cast back
     kept = torch.tensor(cols, dtype=torch.long)
     plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
     before = reconstruction_error(dense, plain, stats.held_out[key])

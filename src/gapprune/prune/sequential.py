@@ -61,6 +61,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
                 run(lp.layer)
             finally:
                 handle.remove()
+            stats.to_cpu_()
             add_summary(summary, prune_component_and_compensate_(adapter, lp.layer, c, kept, stats, method, ridge))
         hidden = run(lp.layer)
     adapter.record_shapes_()
