@@ -69,12 +69,13 @@ def test_streamed_runs_refuse_what_needs_every_layer(tiny_model_folder, tmp_path
 
 def test_offload_auto_streams_only_what_would_not_fit(tiny_model_folder, monkeypatch):
     from gapprune.models import streaming
+    from gapprune.models.streaming import policy
 
     folder, _ = tiny_model_folder
     size = streaming.weights_bytes(folder)
     assert size == sum(p.numel() for p in load(str(folder))[0].parameters()) * 4
-    monkeypatch.setattr(streaming, "available_bytes", lambda: 4 * size)
+    monkeypatch.setattr(policy, "available_bytes", lambda: 4 * size)
     assert not streaming.should_stream(folder, "auto") and streaming.should_stream(folder, "on")
-    monkeypatch.setattr(streaming, "available_bytes", lambda: size)
+    monkeypatch.setattr(policy, "available_bytes", lambda: size)
     assert streaming.should_stream(folder, "auto") and not streaming.should_stream(folder, "off")
     assert not streaming.should_stream("someone/hub-model", "auto")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gapprune.budgets.table import ModelDims
+from gapprune.budgets.dims import ModelDims
 from gapprune.export import gguf_tensors
 
 KV_CACHE_BYTES = 2  # llama.cpp's default cache type (f16) per value

@@ -14,31 +14,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gapprune.budgets.dims import ModelDims
+from gapprune.budgets.memory import kv_cells
 from gapprune.components import COMPONENTS
 from gapprune.values import JsonValue
 
 KINDS = ("decode_us", "prompt_us", "weight_bytes", "kv_bytes_per_cell")
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """The dense model's shapes, as the cost models need them."""
-
-    n_layers: int
-    hidden: int
-    head_dim: int
-    n_heads: int
-    n_kv_heads: int
-    intermediate: int
-    vocab: int
-    tied: bool
-
-    @classmethod
-    def from_config(cls, config: Any) -> ModelDims:
-        hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
-        return cls(int(config.num_hidden_layers), hidden, int(getattr(config, "head_dim", None) or hidden // heads),
-                   heads, int(config.num_key_value_heads), int(config.intermediate_size), int(config.vocab_size),
-                   bool(getattr(config, "tie_word_embeddings", False)))
 
 
 @dataclass
@@ -71,8 +52,6 @@ class RuntimeCosts(JsonValue):
     def total(self, kind: str, choice: dict[str, list[int]], context: int = 0) -> float:
         """The whole model's cost for one option per component: µs per token, or bytes at `context`."""
         if kind == "memory_bytes":
-            from gapprune.budgets.memory import kv_cells
-
             cells = kv_cells(context)
             return self.total("weight_bytes", choice) + cells * self.total("kv_bytes_per_cell", choice)
         per_layer = self.per_layer(kind, choice)
@@ -85,8 +64,6 @@ class RuntimeCosts(JsonValue):
     def removable(self, kind: str, context: int = 0) -> dict[str, np.ndarray]:
         """Per option, how much it removes against the dense option 0 (memory at `context`)."""
         if kind == "memory_bytes":
-            from gapprune.budgets.memory import kv_cells
-
             cells = kv_cells(context)
             cost = {c: self.cost["weight_bytes"][c] + cells * self.cost["kv_bytes_per_cell"][c] for c in COMPONENTS}
         else:

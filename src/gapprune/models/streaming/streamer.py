@@ -1,32 +1,11 @@
-"""A model whose decoder layers stay on disk: about one layer's weights in memory at a time.
-
-`open_streamed(folder)` builds the model on the meta device (no memory, no random init), loads the
-weights outside the decoder layers (embeddings, final norm, LM head) and leaves every layer's
-parameters on meta. A layer's weights are read from the safetensors files when it is needed, and
-every other layer is dropped back to meta at that moment, so at most one layer is resident:
-
-* a forward pre-hook loads a layer as the model reaches it (capture, evaluation, generation);
-* `adapter.layers[i]` loads layer i (the list is a `StreamedLayers`), so scoring, signals, the
-  layer-major profiler, surgery and compensation, which all go through the adapter layer by layer,
-  work unchanged.
-
-A layer that was changed while resident (surgery, compensation: its parameters are no longer the
-tensors that were loaded) is written to a scratch folder when dropped and read from there after.
-`save_streamed` writes the model layer by layer as sharded safetensors with an index, which
-`from_pretrained` loads. Reads go through `os.preadv` into preallocated tensors, not through a
-memory map, so the file pages count against the page cache rather than the process's memory.
-"""
+"""The layer streamer: a model whose decoder layers are read from disk one at a time."""
 
 from __future__ import annotations
 
 import ctypes
-import json
-import os
 import shutil
-import struct
 import tempfile
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,72 +13,13 @@ import torch
 from torch import nn
 
 from gapprune.models.adapter import ModelAdapter
-
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
-_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
-INDEX_FILE = "model.safetensors.index.json"
-
-
-@dataclass(frozen=True)
-class TensorSource:
-    """Where one tensor lies: file, byte offset, dtype and shape."""
-
-    path: Path
-    offset: int
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-
-
-def read_header(path: Path) -> dict[str, TensorSource]:
-    """The tensors of one safetensors file (8-byte header length, JSON header, then raw data)."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
-    header.pop("__metadata__", None)
-    return {name: TensorSource(path, 8 + length + info["data_offsets"][0], _DTYPES[info["dtype"]], tuple(info["shape"]))
-            for name, info in header.items()}
-
-
-def folder_sources(folder: Path) -> dict[str, TensorSource]:
-    """Every tensor of a model folder (one `model.safetensors` or shards listed in the index)."""
-    index = folder / INDEX_FILE
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
-    sources: dict[str, TensorSource] = {}
-    for name in files:
-        sources.update(read_header(folder / name))
-    return sources
-
-
-def read_tensor(source: TensorSource, dtype: torch.dtype | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
-    out = torch.empty(source.shape, dtype=source.dtype)
-    if out.numel():
-        with source.path.open("rb") as f:
-            os.preadv(f.fileno(), [out.view(-1).view(torch.uint8).numpy().data], source.offset)
-    if dtype is not None and out.is_floating_point():
-        out = out.to(dtype)
-    return out.to(device)
-
-
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
-    """Write tensors as one safetensors file without an in-memory copy of the whole; returns data bytes."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
-    for name, t in cpu.items():
-        size = t.numel() * t.element_size()
-        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    with path.open("wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for t in cpu.values():
-            if t.numel():
-                f.write(t.view(-1).view(torch.uint8).numpy().data)
-    return offset
+from gapprune.models.streaming.safetensors_io import (
+    TensorSource,
+    folder_sources,
+    read_header,
+    read_tensor,
+    write_safetensors,
+)
 
 
 class StreamedLayers(nn.ModuleList):
@@ -247,68 +167,3 @@ def open_streamed(folder: str | Path, *, dtype: torch.dtype = torch.float32, dev
     if missing:
         raise ValueError(f"{folder} lacks weights outside the decoder layers: {missing[:5]}")
     return model
-
-
-def save_streamed(model: nn.Module, folder: Path) -> None:
-    """Config plus weights as shards: one per decoder layer, one for the rest, and the index."""
-    streamer = streamer_of(model)
-    assert streamer is not None
-    n = len(streamer.layers)
-    names = [f"model-{i + 1:05d}-of-{n + 1:05d}.safetensors" for i in range(n + 1)]
-    weight_map: dict[str, str] = {}
-    total = 0
-
-    def write_layer(i: int) -> int:  # a function: no reference to layer i outlives the loading of layer i + 1
-        streamer.load(i)
-        tensors = {streamer.prefixes[i] + k: v for k, v in streamer._tensors(i).items()}
-        weight_map.update(dict.fromkeys(tensors, names[i]))
-        return write_safetensors(folder / names[i], tensors)
-
-    for i in range(n):
-        total += write_layer(i)
-    streamer.drop(n - 1)
-    rest: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    layer_list = streamer.prefixes[0].rsplit(".", 2)[0] + "."
-    for name, t in model.state_dict(keep_vars=True).items():
-        if not name.startswith(layer_list) and id(t) not in seen:  # a tied head is the embedding: written once
-            rest[name] = t
-            seen.add(id(t))
-    total += write_safetensors(folder / names[n], rest)
-    weight_map.update(dict.fromkeys(rest, names[n]))
-    (folder / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    hf: Any = model
-    hf.config.save_pretrained(folder)
-    if getattr(hf, "generation_config", None) is not None:
-        hf.generation_config.save_pretrained(folder)
-
-
-def weights_bytes(folder: str | Path, dtype: torch.dtype = torch.float32) -> int:
-    """Bytes the folder's floating-point weights take in `dtype`."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return sum(int(torch.Size(s.shape).numel()) * (size if s.dtype.is_floating_point else s.dtype.itemsize)
-               for s in folder_sources(Path(folder)).values())
-
-
-def available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux); elsewhere a large number (never stream by default)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
-def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32) -> bool:
-    """`offload`: on, off, or auto (stream a local safetensors folder whose weights take over half the free memory)."""
-    if offload not in ("auto", "on", "off"):
-        raise ValueError(f"offload must be auto, on or off, got {offload!r}")
-    folder = Path(source)
-    local = folder.is_dir() and ((folder / INDEX_FILE).is_file() or (folder / "model.safetensors").is_file())
-    if offload == "on" and not local:
-        raise ValueError(f"offload on needs a local folder of safetensors weights; {source} is not one")
-    if offload == "off" or not local:
-        return False
-    return offload == "on" or weights_bytes(folder, dtype) > available_bytes() // 2

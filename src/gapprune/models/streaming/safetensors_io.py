@@ -1,0 +1,78 @@
+"""Safetensors files read and written by hand: headers, one tensor at a time (`os.preadv`), shards."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+INDEX_FILE = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """Where one tensor lies: file, byte offset, dtype and shape."""
+
+    path: Path
+    offset: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def read_header(path: Path) -> dict[str, TensorSource]:
+    """The tensors of one safetensors file (8-byte header length, JSON header, then raw data)."""
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    return {name: TensorSource(path, 8 + length + info["data_offsets"][0], _DTYPES[info["dtype"]], tuple(info["shape"]))
+            for name, info in header.items()}
+
+
+def folder_sources(folder: Path) -> dict[str, TensorSource]:
+    """Every tensor of a model folder (one `model.safetensors` or shards listed in the index)."""
+    index = folder / INDEX_FILE
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    sources: dict[str, TensorSource] = {}
+    for name in files:
+        sources.update(read_header(folder / name))
+    return sources
+
+
+def read_tensor(source: TensorSource, dtype: torch.dtype | None = None, device: torch.device | str = "cpu") -> torch.Tensor:
+    out = torch.empty(source.shape, dtype=source.dtype)
+    if out.numel():
+        with source.path.open("rb") as f:
+            os.preadv(f.fileno(), [out.view(-1).view(torch.uint8).numpy().data], source.offset)
+    if dtype is not None and out.is_floating_point():
+        out = out.to(dtype)
+    return out.to(device)
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
+    """Write tensors as one safetensors file without an in-memory copy of the whole; returns data bytes."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    for name, t in cpu.items():
+        size = t.numel() * t.element_size()
+        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for t in cpu.values():
+            if t.numel():
+                f.write(t.view(-1).view(torch.uint8).numpy().data)
+    return offset
