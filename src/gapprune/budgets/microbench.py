@@ -12,6 +12,7 @@ check points (uniform and mixed shapes) report how well the additive model predi
 
 from __future__ import annotations
 
+import itertools
 import logging
 import platform
 import statistics
@@ -65,9 +66,9 @@ def mlp_grid(dims: ModelDims, settings: BenchSettings) -> tuple[list[int], list[
     """(measured, held-out) padded MLP widths: n evenly spaced points, and the midpoints between them."""
     block = memory.padded_width(1, settings.file_type)
     pts = np.linspace(0, dims.intermediate, settings.mlp_grid + 1)[1:]
-    grid = sorted({memory.padded_width(max(block, int(round(w / block)) * block), settings.file_type) for w in pts})
-    mids = [memory.padded_width(int(round((a + b) / 2 / block)) * block, settings.file_type)
-            for a, b in zip(grid, grid[1:])]
+    grid = sorted({memory.padded_width(max(block, round(w / block) * block), settings.file_type) for w in pts})
+    mids = [memory.padded_width(round((a + b) / 2 / block) * block, settings.file_type)
+            for a, b in itertools.pairwise(grid)]
     return grid, [m for m in mids if m not in grid]
 
 
@@ -94,7 +95,7 @@ def measure_points(dims: ModelDims, points: dict[str, Shapes], tokenizer_gguf: s
     dense.unlink()
     ref_decode = statistics.median(r.decode_us for r in refs)
     ref_prompt = statistics.median(r.prompt_us for r in refs)
-    out = {name: {"decode_us": d * ref_decode, "prompt_us": p * ref_prompt} for name, (d, p) in ratios.items()}
+    out: dict[str, dict[str, Any]] = {name: {"decode_us": d * ref_decode, "prompt_us": p * ref_prompt} for name, (d, p) in ratios.items()}
     out["dense"] = {"decode_us": ref_decode, "prompt_us": ref_prompt,
                     "decode_us_spread": [min(r.decode_us for r in refs), max(r.decode_us for r in refs)]}
     return out
@@ -147,13 +148,14 @@ def fit_costs(dims: ModelDims, options: dict[str, list[list[int]]], times: dict[
     fixed["kv_bytes_per_cell"] = 0.0
     held = {kind: {w: {"measured": per_layer(f"mlp/{w}", kind), "interpolated": mlp_time(w, kind, widths)}
                    for w in held_out} for kind in ("decode_us", "prompt_us")}
-    fit = {"times": times, "attn_points": [list(p) for p in attn], "mlp_widths": list(widths),
-           "mlp_held_out": held, "checks": {}}
+    checked: dict[str, Any] = {}
+    fit: dict[str, Any] = {"times": times, "attn_points": [list(p) for p in attn], "mlp_widths": list(widths),
+           "mlp_held_out": held, "checks": checked}
     costs = RuntimeCosts(key, dims, options, cost, fixed, fit)
     for name, shapes in checks.items():
-        fit["checks"][name] = {kind: {"measured": times[name][kind], "predicted": predict_shapes(costs, shapes, kind)}
+        checked[name] = {kind: {"measured": times[name][kind], "predicted": predict_shapes(costs, shapes, kind)}
                                for kind in ("decode_us", "prompt_us")}
-    fit["checks"]["dense"] = {"decode_us": {"measured": times["dense"]["decode_us"], "predicted": costs.total(
+    checked["dense"] = {"decode_us": {"measured": times["dense"]["decode_us"], "predicted": costs.total(
         "decode_us", costs.dense_choice())}}
     return costs
 

@@ -18,8 +18,14 @@ from typing import Any
 from gapprune.allocate import Allocation
 from gapprune.budgets.budget import Budget, achieved, allocate_budget
 from gapprune.budgets.measure import llamacpp_memory, time_gguf
-from gapprune.budgets.microbench import (BenchSettings, cost_key, fit_costs, grid_points, load_or_measure,
-                                         measure_points)
+from gapprune.budgets.microbench import (
+    BenchSettings,
+    cost_key,
+    fit_costs,
+    grid_points,
+    load_or_measure,
+    measure_points,
+)
 from gapprune.budgets.table import ModelDims, RuntimeCosts
 
 log = logging.getLogger(__name__)

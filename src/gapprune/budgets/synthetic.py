@@ -41,7 +41,7 @@ def _tokenizer_fields(source: Path, cache: dict[str, Any]) -> list[tuple[str, An
     return cache[key]
 
 
-def _encoded(rng: np.random.Generator, array: np.ndarray, type_name: str) -> tuple[np.ndarray, object]:
+def _encoded(rng: np.random.Generator, array: np.ndarray, type_name: str) -> tuple[np.ndarray, Any]:
     """(data, raw_dtype) of a random tensor of `array`'s shape. q8_0 blocks are drawn directly
     (an f16 scale and 32 random int8 values): gguf-py's quantizer takes half a minute per model."""
     import gguf
