@@ -47,6 +47,7 @@ from gapprune.api import load, pruned_copy, write_profile_folder
 from gapprune.config import PROFILE_SETTINGS, TABLE_SETTINGS, PruneConfig
 from gapprune.evaluate.records import eval_records
 from gapprune.export.save import save
+from gapprune.models import get_adapter
 from gapprune.pipeline import Calibration, Profile, allocate, calibrate, plan_for
 from gapprune.tune.lora import TuneConfig, lora_tune
 
@@ -311,10 +312,12 @@ def plans(a: Any, b: Bench) -> Iterator[Run]:
                 if r.get("phase") == "surgery" and r.get("model", "smollm2-135m") == "smollm2-135m"}
     achieved = {r["ratio"]: r["achieved_ratio"] for r in json.loads(Path("docs/results/recovery.json").read_text())
                 if r.get("stage") in ("none", "lsq", "bias")}
-    same = 0
+    folder = Path(b.profile_dir or PROFILE)  # plans read the profile's numbers alone: no calibration when it exists
+    profile = Profile.load(folder) if folder.exists() else b.plan(b.base)[1]
+    same, adapter = 0, get_adapter(b.model)
     for ratio in RATIOS:
         for name in ALLOCATORS:
-            plan = b.plan(replace(b.base, ratio=ratio, allocator=name))[0]
+            plan = plan_for(b.base, None, profile, adapter=adapter, ratio=ratio, allocator=name)[0]
             kept = ([len(lp.attn.kept) for lp in plan.layers], [len(lp.mlp.kept) for lp in plan.layers])
             ok = recorded.get((name, ratio)) == tuple(kept)
             same += ok
