@@ -38,3 +38,20 @@ def test_cost_plot_is_written(tmp_path) -> None:
     assert per_layer["kv"][1:].sum() == 0 and per_layer["kv"][0] > 0
     plot_costs(costs, choice, tmp_path / "costs.png", 4096, "test")
     assert (tmp_path / "costs.png").stat().st_size > 0
+
+
+def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
+    from gapprune.budgets.budget import achieved
+    from gapprune.budgets.cli import BudgetHook, finish
+    from gapprune.budgets.microbench import BenchSettings
+
+    pytest.importorskip("matplotlib")
+    costs = fitted()
+    choice = {c: [1] * costs.dims.n_layers for c in costs.options}
+    budget = Budget("speedup", 1.2)
+    hook = BudgetHook(budget, BenchSettings(), costs, {"predicted": achieved(budget, costs, choice)}, choice)
+    (tmp_path / "report.md").write_text("# report\n")
+    record = finish(hook, parse("--speedup", "1.2"), tmp_path)
+    assert record["predicted"] > 1 and "measured" not in record
+    assert "not measured; pass --verify" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "budget.json").is_file() and (tmp_path / "cost_per_layer.png").is_file()
