@@ -121,7 +121,8 @@ class BudgetRun:
 
     def __init__(self, model: str, profile: str | Path, workdir: str | Path, verify: dict[str, int],
                  eval_windows: int = 256, data_dir: str | None = None, prepare: tuple[str, ...] = (),
-                 wait_s: float = 0.0, costs_dir: str | Path | None = None) -> None:
+                 wait_s: float = 0.0, costs_dir: str | Path | None = None,
+                 settings: dict[str, Any] | None = None) -> None:
         import os
 
         from gapprune.api import load
@@ -131,7 +132,7 @@ class BudgetRun:
         self.model_name, self.workdir, self.verify, self.eval_windows = model, Path(workdir), verify, eval_windows
         self.data_dir = data_dir or os.environ.get("GAPPRUNE_DATA")
         self.model, self.tokenizer = load(model)
-        self.config = PruneConfig(ratio=0.5, data_dir=self.data_dir)
+        self.config = PruneConfig(**{"ratio": 0.5, "data_dir": self.data_dir, **(settings or {})})
         self.calibration = calibrate(self.model, self.tokenizer, self.config)
         self.dense_ggufs: dict[str, Path] = {}
         for file_type in prepare:  # dense GGUFs while a profile may still be measured elsewhere
