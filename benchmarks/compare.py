@@ -274,7 +274,7 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
                       {"ratio": ratio, "allocator": name, "compensate": "none"}, windows, fields)
         first = ratio == ratios[0]
         yield Run({**base, "allocator": "gap", "compensate": "lsq", "target_ratio": ratio}, {"ratio": ratio}, windows,
-                  fields, save=f"{a.folders}/{a.model}-{stage}" if first else None,
+                  fields, save=f"{a.folders}/{Path(a.model).name}-{stage}" if first else None,
                   reload={"model": a.model, "kind": "reload", "target_ratio": ratio, "ratio_of": of} if first else None,
                   zeroshot=a.zeroshot_limit if first else 0, zeroshot_labels={**shots, "stage": stage})
     if a.exact_check and not b.extra.done(model=a.model, kind="auto_vs_exact"):
@@ -376,7 +376,8 @@ def main() -> None:
                         ratio_of=a.ratio_of if study == "families" else "model",
                         **({"criterion": "obs", "compensate": "lsq"} if study in ("calib", "best") else {}),
                         **({"compensate": "lsq"} if study == "families" else {}))
-    profile = a.profile or (PROFILE if shared else f"{a.folders}/{a.model}-profile" if study == "families" else None)
+    profile = a.profile or (PROFILE if shared else f"{a.folders}/{Path(a.model).name}-profile" if study == "families"
+                            else None)
     bench = Bench(a, base, profile)
     for run in STUDIES[study](a, bench):
         bench.measure(run)
