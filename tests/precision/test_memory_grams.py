@@ -96,3 +96,15 @@ def test_a_streamed_prune_keeps_sequential_lsq(tiny_model_folder, tmp_path, monk
     assert main(argv) == 0
     compensation = json.loads((out / "plan.json").read_text())["summary"]["compensation"]
     assert compensation["method"] == "lsq" and compensation["sequential"] is True
+
+
+def test_offload_auto_counts_the_runs_working_set_not_only_the_weights(tiny_model_folder, monkeypatch):
+    from gapprune.models.streaming import policy, should_stream, weights_bytes
+
+    folder, _ = tiny_model_folder
+    size, extra = weights_bytes(folder), policy.working_bytes(folder, tokens=4096)
+    assert extra == 5 * 4096 * 64 * 4 + 2 * (64 * 64 + 128 * 128) * 4 + 3 * 128 * 128 * 8
+    small = size + policy.working_bytes(folder, tokens=16)
+    monkeypatch.setattr(policy, "available_bytes", lambda: 2 * small + 2)  # room for the weights and a short run
+    assert not should_stream(folder, "auto", tokens=16)
+    assert should_stream(folder, "auto", tokens=4096)  # the same weights, but 4,096 cached tokens do not fit

@@ -23,6 +23,7 @@ from gapprune.importance.base import CRITERIA, ScoringContext
 
 DAMP = 0.01  # H + DAMP · mean(diag H) · I, as SparseGPT: keeps H⁻¹ finite for dead or collinear columns
 CHANNEL_BLOCKS = 64  # MLP channels leave in this many greedy blocks
+_TINY = float(torch.tensor(1e-12, dtype=torch.float32))  # keeps the positive-definite shift of earlier releases bit for bit
 
 
 def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int) -> torch.Tensor:
@@ -49,9 +50,12 @@ def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tens
 def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: int = 1) -> list[int]:
     """Units (of `width` columns) in greedy OBS removal order, `per_step` of least error at a time."""
     w = weight.detach().double().cpu()
-    h = gram.double().cpu()
-    h = h + DAMP * float(h.diagonal().mean()) * torch.eye(h.shape[0], dtype=h.dtype) + 1e-12 * torch.eye(h.shape[0])
-    hinv = torch.cholesky_inverse(torch.linalg.cholesky(h))
+    h = gram.double().cpu()  # (n_in, n_in): for an MLP the largest matrix of the run, so no eye()-sized temporaries
+    h.diagonal().add_(DAMP * float(h.diagonal().mean())).add_(_TINY)  # = h + DAMP·mean·I + 1e-12·I, in place
+    chol = torch.linalg.cholesky(h)
+    del h
+    hinv = torch.cholesky_inverse(chol)
+    del chol
     alive = torch.arange(w.shape[1] // width)  # original ids of the units still there, in column order
     order: list[int] = []
     while len(alive):
@@ -79,5 +83,6 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     n_units = out.in_features // width
     per_step = 1 if component == "attn" else max(1, n_units // CHANNEL_BLOCKS)
     scores = torch.empty(n_units, dtype=torch.float64)
-    scores[obs_order(out.weight, gram, width, per_step)] = torch.arange(n_units, dtype=torch.float64)
+    order = obs_order(out.weight, gram, width, per_step)
+    scores[order] = torch.arange(n_units, dtype=torch.float64)
     return scores

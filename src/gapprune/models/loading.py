@@ -184,8 +184,11 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the float copy is not quantized; transformers refuses to save otherwise
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict(), strict=True)
+    with torch.device("meta"):  # no second copy of the weights: the plain model takes the same tensors
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict(), strict=True, assign=True)
+    if getattr(config, "tie_word_embeddings", False):
+        plain.tie_weights()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
     try:

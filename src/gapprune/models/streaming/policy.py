@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -27,8 +28,25 @@ def available_bytes() -> int:
     return 1 << 62
 
 
-def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32) -> bool:
-    """`offload`: on, off, or auto (stream a local safetensors folder whose weights take over half the free memory)."""
+def working_bytes(folder: str | Path, tokens: int = 4096) -> int:
+    """What a prune holds besides the weights, estimated from config.json: the cached layer inputs
+    (float32, one per layer plus the final one) and one layer's working set (its two output
+    projections' Grams on two halves, float32, and the OBS workspace, float64, for the wider one).
+    Nothing here grows with depth except the cache (`calibrate/gram.py` holds one layer's Grams)."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    config = config.get("text_config", config)
+    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
+    widths = [int(config["num_attention_heads"]) * head_dim, int(config["intermediate_size"])]
+    cache = (layers + 1) * tokens * hidden * 4
+    grams = sum(2 * w * w * 4 for w in widths)
+    obs = 3 * max(widths) ** 2 * 8  # the Gram in float64, its Cholesky factor, the inverse
+    return cache + grams + obs
+
+
+def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32, tokens: int = 4096) -> bool:
+    """`offload`: on, off, or auto: stream a local safetensors folder when the whole run's need (the
+    weights in `dtype` plus `working_bytes` for `tokens` calibration tokens) is over half the free memory."""
     if offload not in ("auto", "on", "off"):
         raise ValueError(f"offload must be auto, on or off, got {offload!r}")
     folder = Path(source)
@@ -37,4 +55,4 @@ def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.f
         raise ValueError(f"offload on needs a local folder of safetensors weights; {source} is not one")
     if offload == "off" or not local:
         return False
-    return offload == "on" or weights_bytes(folder, dtype) > available_bytes() // 2
+    return offload == "on" or weights_bytes(folder, dtype) + working_bytes(folder, tokens) > available_bytes() // 2
