@@ -46,7 +46,7 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
                        "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
                        "settings": asdict(config)}
     config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
-                           teacher=args.teacher, **DISTILL, **METHODS[method])
+                           teacher=args.teacher, self_windows=args.self_windows, **DISTILL, **METHODS[method])
     model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
     return model, {"steps": result.steps, "tokens": result.tokens, "wall_s": result.wall_s, "train_s": result.train_s,
                    "val_kl": result.val_kl, "teacher": result.teacher, "data_windows": result.data,
@@ -60,6 +60,7 @@ def main() -> None:
     p.add_argument("--method", choices=sorted(METHODS), required=True)
     p.add_argument("--data", default="alpaca", help="training text (self, alpaca, a file; joined by +)")
     p.add_argument("--teacher", default=None)
+    p.add_argument("--self-windows", type=int, default=128, help="windows of teacher-written text (data self)")
     p.add_argument("--minutes", type=float, required=True, help="training time in all (resumed parts included)")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--threads", type=int, default=1)
