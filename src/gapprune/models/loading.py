@@ -43,7 +43,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device = 
             return torch.float32
         stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         stored = DTYPES.get(stored.removeprefix("torch."), None) if isinstance(stored, str) else stored
-        return stored if stored in DTYPES.values() else torch.float32
+        return stored if isinstance(stored, torch.dtype) and stored in DTYPES.values() else torch.float32
     if name not in DTYPES:
         raise ValueError(f"dtype must be auto, {', '.join(DTYPES)}; got {name!r}")
     return DTYPES[name]
