@@ -2,7 +2,11 @@
 
     python benchmarks/budgets.py costs     # microbenchmark the cost table (cached in the profile folder)
     python benchmarks/budgets.py plans     # speedup 1.5x, 2.0x and memory plans vs parameter plans
-    python benchmarks/budgets.py speedup   # (or memory) one kind only, e.g. two processes side by side
+    python benchmarks/budgets.py speedup:2 # (or speedup, memory) some targets only, e.g. one process each
+
+Run it as `python -c "import runpy, sys; sys.argv = ['budgets.py', 'plans']; runpy.run_path('benchmarks/budgets.py',
+run_name='__main__')"` or from another folder: benchmarks/gguf.py shadows the gguf package when the script's
+folder is first on sys.path.
 
 Records go to docs/results/budgets.json. The profile folder is `gapprune profile smollm2-135m --out
 runs/budgets/profile` (default settings); every plan below reads its loss table.
@@ -28,7 +32,7 @@ RECORDS = Path("docs/results/budgets.json")
 # The profile is the repository's SmolLM2 benchmark profile (exact table): calibrate as it was measured.
 CALIBRATION = {"criterion": "activation", "metric": "kl", "calib": "wikitext2", "calib_split": "validation",
                "calib_samples": 32, "profile_samples": 4, "seq_len": 128, "batch_size": 4, "mlp_stride": 4,
-               "profiler": "exact"}
+               "profiler": "exact", "compensate": "none"}  # no compensation: the allocations alone are compared
 
 
 def main(stage: str) -> None:
@@ -39,7 +43,8 @@ def main(stage: str) -> None:
             print(json.dumps(costs.fit.get("checks", {}), indent=1))
             print(json.dumps(costs.fit.get("mlp_held_out", {}), indent=1))
         return
-    targets = [t for t in TARGETS if stage == "plans" or t.kind == stage]  # plans | speedup | memory
+    # plans | speedup | memory | speedup:2.0 (one target, e.g. one process each)
+    targets = [t for t in TARGETS if stage in ("plans", t.kind, f"{t.kind}:{t.target:g}")]
     types = tuple({SETTINGS.file_type if t.kind == "speedup" else MEMORY_TYPE for t in targets})
     run = BudgetRun(MODEL, PROFILE, WORK, verify=VERIFY, prepare=types, wait_s=3600, costs_dir=WORK / "costs",
                     settings=CALIBRATION)

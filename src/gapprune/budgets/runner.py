@@ -133,7 +133,9 @@ class BudgetRun:
         self.data_dir = data_dir or os.environ.get("GAPPRUNE_DATA")
         self.model, self.tokenizer = load(model)
         self.config = PruneConfig(**{"ratio": 0.5, "data_dir": self.data_dir, **(settings or {})})
-        self.calibration = calibrate(self.model, self.tokenizer, self.config)
+        # compensate "none" needs no calibration pass (plans are then compared as the allocator tables are)
+        self.calibration = calibrate(self.model, self.tokenizer, self.config) if self.config.compensate != "none" \
+            else None
         self.dense_ggufs: dict[str, Path] = {}
         for file_type in prepare:  # dense GGUFs while a profile may still be measured elsewhere
             self.dense_gguf(file_type)
@@ -143,7 +145,8 @@ class BudgetRun:
             _time.sleep(20)
         self.profile = Profile.load(profile)
         try:
-            self.profile.check_matches(self.calibration, self.config)
+            if self.calibration is not None:
+                self.profile.check_matches(self.calibration, self.config)
         except ValueError as err:  # e.g. a profile measured by an older checkout of the same settings
             log.warning("profile check: %s; using it anyway (same model and default settings)", err)
         for table in Path(costs_dir or profile).glob("runtime_costs-*.json"):  # measured before the profile was
@@ -183,12 +186,14 @@ class BudgetRun:
         from gapprune.api import pruned_copy
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.export.gguf import export_gguf
+        from gapprune.models import get_adapter
         from gapprune.pipeline import plan_from_allocation
 
-        plan = plan_from_allocation(self.calibration.adapter, self.profile, allocation, self.config.to_dict())
-        sequential = self.calibration.inputs if self.config.sequential else None
-        pruned, _ = pruned_copy(self.model, plan, self.config.compensate, self.calibration.gram, self.config.ridge,
-                                sequential)
+        plan = plan_from_allocation(get_adapter(self.model), self.profile, allocation, self.config.to_dict())
+        cal = self.calibration
+        sequential = cal.inputs if cal is not None and self.config.sequential else None
+        pruned, _ = pruned_copy(self.model, plan, self.config.compensate, cal.gram if cal is not None else None,
+                                self.config.ridge, sequential)
         path = self.workdir / f"{name}.gguf"
         export_gguf(pruned, self.tokenizer, path, file_type=file_type, overwrite=True)
         ppl = evaluate_ppl(pruned, self.tokenizer, "wikitext2", seq_len=128, max_windows=self.eval_windows,
