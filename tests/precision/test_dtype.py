@@ -103,3 +103,20 @@ def test_gguf_export_from_bf16_equals_export_from_its_float32_upcast(tmp_path):
     b = export_gguf(model.float(), tokenizer, tmp_path / "f32.gguf", file_type="f32")
     assert (tmp_path / "bf16.gguf").read_bytes() == (tmp_path / "f32.gguf").read_bytes()
     assert a.params == b.params
+
+
+def test_a_dequantized_gguf_loads_in_bf16_from_a_bf16_copy_made_once(tmp_path):
+    from gapprune.models.loading import load_model
+
+    dense = tiny_llama()
+    folder = tmp_path / "gguf" / "tiny-0123"  # where GGUF dequantization caches its float32 folder
+    dense.save_pretrained(folder)
+    model, _ = load_model(str(folder), dtype="bfloat16", cache_dir=tmp_path)
+    copy = tmp_path / "gguf" / "tiny-0123-bfloat16"
+    assert json.loads((copy / "config.json").read_text())["dtype"] == "bfloat16"
+    for (name, a), (_, b) in zip(model.state_dict().items(), dense.state_dict().items(), strict=True):
+        assert a.dtype == BF16 and torch.equal(a, b.to(BF16)), name
+    mtime = (copy / "model.safetensors").stat().st_mtime_ns
+    load_model(str(folder), dtype="bfloat16", cache_dir=tmp_path)
+    assert (copy / "model.safetensors").stat().st_mtime_ns == mtime  # made once
+    assert sorted(p.name for p in (tmp_path / "gguf").iterdir()) == ["tiny-0123", "tiny-0123-bfloat16"]
