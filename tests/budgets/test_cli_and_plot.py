@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from gapprune.budgets.budget import Budget
-from gapprune.budgets.cli import add_budget_flags, budget_from_args
+from gapprune.cli.budgets import add_budget_flags, budget_from_args
 from tests.budgets.test_costs import fitted
 
 
@@ -29,7 +29,7 @@ def test_flags_give_a_speedup_or_a_memory_budget() -> None:
 
 def test_cost_plot_is_written(tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    from gapprune.evaluate.cost_plots import layer_costs, plot_costs
+    from gapprune.budgets.plot import layer_costs, plot_costs
 
     costs = fitted()
     choice = {c: [len(costs.options[c]) - 1] * costs.dims.n_layers for c in costs.options}
@@ -42,8 +42,8 @@ def test_cost_plot_is_written(tmp_path) -> None:
 
 def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
     from gapprune.budgets.budget import achieved
-    from gapprune.budgets.cli import BudgetHook, finish
     from gapprune.budgets.microbench import BenchSettings
+    from gapprune.cli.budgets import BudgetHook, finish
 
     pytest.importorskip("matplotlib")
     costs = fitted()

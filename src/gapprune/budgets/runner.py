@@ -211,7 +211,7 @@ class BudgetRun:
 
     def compare(self, budget: Budget, settings: BenchSettings) -> dict[str, Any]:
         """The budget's plan and the parameter plan that matches it (measured speed, or size), both measured."""
-        from gapprune.evaluate.cost_plots import plot_costs
+        from gapprune.budgets.plot import plot_costs
 
         costs = self.costs(settings, time=budget.kind == "speedup")
         tag = f"{budget.kind}-{budget.target:g}-{settings.file_type}"

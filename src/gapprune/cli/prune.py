@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gapprune.budgets.cli import add_budget_flags, budget_from_args, budget_plan, finish
+from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_plan, finish
 from gapprune.cli.export import print_gguf, record_gguf_source
 from gapprune.cli.flags import add_config_flags, config_from
 from gapprune.config import PruneConfig, config_fields

@@ -92,7 +92,7 @@ def budget_plan(model: Any, tokenizer: Any, config: Any, args: argparse.Namespac
 
 def finish(hook: BudgetHook, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Plot where time and memory go, verify in the runtime when asked, write budget.json, print the verdict."""
-    from gapprune.evaluate.cost_plots import plot_costs
+    from gapprune.budgets.plot import plot_costs
 
     budget = hook.budget
     record: dict[str, Any] = {"budget": budget.kind, "target": budget.target, "predicted": hook.allocation_info["predicted"],
