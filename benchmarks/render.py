@@ -1,4 +1,4 @@
-"""Render docs/results.md (tables, then docs/results_notes.md) and docs/results/allocators_ppl.png from
+"""Render docs/results.md (tables, linking docs/results_notes.md for their readings) and docs/results/allocators_ppl.png from
 the JSON records in docs/results/.
 
 With --eval / --bench, first collect `gapprune eval` / `gapprune bench` outputs into eval.json and
@@ -476,9 +476,9 @@ def main() -> None:
     lines += bench_section(load("bench.json"))
     lines += ["## Profiling cost, Fisher profiler, calibration size", "",
               "See [performance.md](performance.md).", ""]
-    extra = Path("docs/results_notes.md")
-    if extra.exists():
-        lines += [extra.read_text()]
+    lines += ["## How to read these tables", "", "The readings of every table (what each comparison shows, caveats, "
+              "the numbers' history) are in", "[results_notes.md](results_notes.md); this page holds only the tables "
+              "rendered from `docs/results/*.json`.", ""]
     Path("docs/results.md").write_text("\n".join(lines) + "\n")
 
 
