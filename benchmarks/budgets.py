@@ -46,8 +46,20 @@ def main(stage: str) -> None:
     # plans | speedup | memory | speedup:2.0 (one target, e.g. one process each)
     targets = [t for t in TARGETS if stage in ("plans", t.kind, f"{t.kind}:{t.target:g}")]
     types = tuple({SETTINGS.file_type if t.kind == "speedup" else MEMORY_TYPE for t in targets})
+    if stage == "merge":  # the records from `one` runs: each budget's plan with its parameter plan
+        sides = {p.stem: json.loads(p.read_text()) for p in sorted(WORK.glob("one-*.json"))}
+        records = [merge(ours, sides.get(name.replace("-ours", "-param"))) for name, ours in sides.items()
+                   if name.endswith("-ours")]
+        RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+        return
     run = BudgetRun(MODEL, PROFILE, WORK, verify=VERIFY, prepare=types, wait_s=3600, costs_dir=WORK / "costs",
                     settings=CALIBRATION)
+    if len(sys.argv) > 2:  # one side of one target: budgets.py speedup:2 ours|param
+        settings = SETTINGS if targets[0].kind == "speedup" else BenchSettings(file_type=MEMORY_TYPE, repeats=1)
+        side = run.one(targets[0], settings, sys.argv[2])
+        out = WORK / f"one-{targets[0].kind}-{targets[0].target:g}-{sys.argv[2]}.json"
+        out.write_text(json.dumps({**side, "verify": VERIFY, "threads": settings.threads}, indent=1) + "\n")
+        return
     for budget in targets:
         records = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
         settings = SETTINGS if budget.kind == "speedup" else BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)
@@ -56,6 +68,20 @@ def main(stage: str) -> None:
         records.append(run.compare(budget, settings))
         RECORDS.parent.mkdir(parents=True, exist_ok=True)
         RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def merge(ours: dict, param: dict | None) -> dict:
+    """One record: the budget plan's numbers, and the parameter plan's beside them."""
+    record = {k: ours[k] for k in ("budget", "target", "predicted", "measured", "gguf_type", "context", "ppl")}
+    record["ppl_param_plan"] = param["ppl"] if param else None
+    record["error"] = ours["measured"] / ours["target"] - 1
+    record["met"] = abs(record["error"]) <= 0.05 if ours["budget"] == "speedup" else ours["measured"] <= ours["target"]
+    record["param_plan"] = {k: param[k] for k in ("ratio", "predicted", "measured", "details", "params_removed",
+                                                  "predicted_loss")} if param else None
+    record.update(details=ours["details"], params_removed=ours["params_removed"], predicted_loss=ours["predicted_loss"],
+                  verify=ours["verify"], threads=ours["threads"], runtime="llama.cpp (cyllama), CPU time",
+                  compensate="none")
+    return record
 
 
 if __name__ == "__main__":

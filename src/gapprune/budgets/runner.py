@@ -209,6 +209,30 @@ class BudgetRun:
         return {"bytes": allocated.total_bytes, "model_bytes": allocated.model_bytes, "kv_bytes": allocated.kv_bytes,
                 "compute_bytes": allocated.compute_bytes}
 
+    def one(self, budget: Budget, settings: BenchSettings, which: str) -> dict[str, Any]:
+        """One side of `compare` alone ("ours": the budget's plan; "param": the GAP parameter plan whose
+        *predicted* speedup or size matches ours'), so the sides can run as separate processes."""
+        costs = self.costs(settings, time=budget.kind == "speedup")
+        tag = f"{budget.kind}-{budget.target:g}-{settings.file_type}"
+        allocation = allocate_budget(self.profile.table, costs, budget)
+        ratio = None
+        if which == "param":
+            ratio = self.matching_ratio(costs, budget, allocation.info["predicted"])
+            allocation, tag = self.ratio_allocation(ratio), f"{tag}-param"
+        made = self.materialise(tag, allocation, settings.file_type)
+        got = self.measure(budget, settings, made.gguf)
+        if which == "ours":
+            from gapprune.evaluate.cost_plots import plot_costs
+
+            plot_costs(costs, allocation.choice, self.workdir / f"{tag}.costs.png", budget.context or 4096,
+                       f"{tag}: time and memory per layer")
+        return {"which": which, "budget": budget.kind, "target": budget.target, "gguf_type": settings.file_type,
+                "context": budget.context or None, "ratio": ratio, "ppl": made.ppl,
+                "predicted": achieved(budget, costs, allocation.choice), "predicted_loss":
+                allocation.predicted_loss(self.profile.table), "measured": got["speedup" if budget.kind == "speedup"
+                                                                                else "bytes"],
+                "details": got, "params_removed": made.extra["params_removed"]}
+
     def compare(self, budget: Budget, settings: BenchSettings) -> dict[str, Any]:
         """The budget's plan and the parameter plan that matches it (measured speed, or size), both measured."""
         from gapprune.budgets.plot import plot_costs
