@@ -103,3 +103,15 @@ def test_sizes_parse_in_decimal_and_binary_units() -> None:
     assert parse_size("250MB") == 250_000_000 and parse_size("1 MiB") == 2**20 and parse_size("12") == 12
     with pytest.raises(ValueError, match="250MB"):
         parse_size("a lot")
+
+
+def test_plan_for_takes_a_runtime_allocator() -> None:
+    """The orchestrator's allocation step accepts the budget's allocator in place of the ratio's."""
+    from types import SimpleNamespace
+
+    from gapprune.budgets.budget import runtime_allocator
+
+    costs = fitted()
+    profile = SimpleNamespace(table=loss_table(costs))
+    allocation = runtime_allocator(costs, Budget("speedup", 1.3))(profile)
+    assert achieved(Budget("speedup", 1.3), costs, allocation.choice) >= 1.3

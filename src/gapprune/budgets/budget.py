@@ -11,6 +11,7 @@ exact float totals are checked afterwards (`allocate/cost_budget.py`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -103,3 +104,8 @@ def allocate_budget(table: LossTable, costs: RuntimeCosts, budget: Budget) -> Al
     allocation.info.update({"budget": budget.to_record(), "predicted": achieved(budget, costs, allocation.choice),
                             "dense": budget.dense(costs)})
     return allocation
+
+
+def runtime_allocator(costs: RuntimeCosts, budget: Budget) -> Callable[[Any], Allocation]:
+    """For `pipeline.plan_for(..., allocate_with=...)`: the profile's loss table under this budget."""
+    return lambda profile: allocate_budget(profile.table, costs, budget)

@@ -222,7 +222,7 @@ class BudgetRun:
         made = self.materialise(tag, allocation, settings.file_type)
         got = self.measure(budget, settings, made.gguf)
         if which == "ours":
-            from gapprune.evaluate.cost_plots import plot_costs
+            from gapprune.budgets.plot import plot_costs
 
             plot_costs(costs, allocation.choice, self.workdir / f"{tag}.costs.png", budget.context or 4096,
                        f"{tag}: time and memory per layer")
