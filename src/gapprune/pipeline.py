@@ -10,6 +10,7 @@ the tests all get their plans from `plan_for`, so there is one way the steps are
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ __all__ = ["Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "c
 
 def plan_for(config: PruneConfig, calibration: Calibration | None = None, profile: Profile | None = None, *,
              adapter: ModelAdapter | None = None, checkpoint_dir: Path | None = None,
-             **overrides: Any) -> tuple[Plan, Profile]:
+             allocate_with: Callable[[Profile], Allocation] | None = None, **overrides: Any) -> tuple[Plan, Profile]:
     """The plan for `config` (with `overrides`, e.g. `ratio=0.5, allocator="owl"`) and the profile it used.
 
     Without a profile, one is measured from `calibration`. A given profile is checked against the
@@ -63,7 +64,12 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
                 profile.table = complete_table(calibration, profile.table, config, profile.total_params,
                                                checkpoint_dir)
     with timed(profile.timings, "allocation"):
-        allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
+        if allocate_with is not None:  # another budget than the ratio's, e.g. `budgets.budget.runtime_allocator`
+            if config.refine:
+                raise ValueError("refine re-solves under the parameter budget; it does not apply to a runtime budget")
+            allocation = allocate_with(profile)
+        else:
+            allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
         if config.refine:
             if calibration is None:
                 raise ValueError("refine re-profiles around the plan: it needs a calibration")
