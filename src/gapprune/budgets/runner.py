@@ -187,9 +187,10 @@ class BudgetRun:
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.export.gguf import export_gguf
         from gapprune.models import get_adapter
-        from gapprune.pipeline import plan_from_allocation
+        from gapprune.pipeline import plan_for
 
-        plan = plan_from_allocation(get_adapter(self.model), self.profile, allocation, self.config.to_dict())
+        plan, _ = plan_for(self.config, profile=self.profile, adapter=get_adapter(self.model),
+                           allocate_with=lambda _: allocation)
         cal = self.calibration
         sequential = cal.inputs if cal is not None and self.config.sequential else None
         pruned, _ = pruned_copy(self.model, plan, self.config.compensate, cal.gram if cal is not None else None,

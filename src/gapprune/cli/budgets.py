@@ -71,7 +71,7 @@ def budget_plan(model: Any, tokenizer: Any, config: Any, args: argparse.Namespac
     """(plan, profile, hook) for the budget: profile if needed, cost table, exact DP, plan."""
     from gapprune.api import profile as measure_profile
     from gapprune.models import get_adapter
-    from gapprune.pipeline import plan_from_allocation
+    from gapprune.pipeline import plan_for
 
     if args.verify and not args.gguf:
         raise ValueError("--verify times the exported model: pass --gguf FILE.gguf too")
@@ -80,7 +80,7 @@ def budget_plan(model: Any, tokenizer: Any, config: Any, args: argparse.Namespac
     settings = BenchSettings(file_type=args.gguf_type, threads=args.runtime_threads)
     costs = costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup")
     allocation = allocate_budget(profile.table, costs, budget)
-    plan = plan_from_allocation(get_adapter(model), profile, allocation, config.to_dict())
+    plan, profile = plan_for(config, profile=profile, adapter=get_adapter(model), allocate_with=lambda _: allocation)
     hook = BudgetHook(budget, settings, costs, dict(allocation.info), allocation.choice)
     if args.verify and budget.kind == "speedup":
         from gapprune.export.gguf import export_gguf
