@@ -37,7 +37,7 @@ def test_evaluation_sets_are_refused_as_training_text():
 
 def test_the_teacher_is_the_recorded_source_else_a_clear_error():
     config = LlamaConfig()
-    with pytest.raises(ValueError, match="--teacher"):
+    with pytest.raises(ValueError, match="name the teacher"):
         resolve_teacher(config)
     config.gguf_source = "smollm2-135m"
     assert resolve_teacher(config) == "smollm2-135m"

@@ -23,7 +23,7 @@ def resolve_teacher(config: Any) -> str:
         if value:
             return str(value)
     raise ValueError("the model records no source it was pruned from (config.json has no "
-                     f"{' or '.join(SOURCE_FIELDS)}); name the teacher with --teacher MODEL")
+                     f"{' or '.join(SOURCE_FIELDS)}); name the teacher")
 
 
 def load_teacher(spec: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
@@ -45,7 +45,7 @@ def check_same_vocabulary(
     s_vocab = int(student.get_output_embeddings().weight.shape[0])
     if t_vocab != s_vocab:
         raise ValueError(f"{teacher_name} has {t_vocab} logits per token, the student {s_vocab}: distillation "
-                         "needs the same vocabulary; pass the model the student was pruned from as --teacher")
+                         "needs the same vocabulary; use the model the student was pruned from")
     if teacher_tokenizer is None:
         return
     t_map, s_map = teacher_tokenizer.get_vocab(), student_tokenizer.get_vocab()
