@@ -50,7 +50,8 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[s
     from gapprune.api import load
     from gapprune.config import PruneConfig
     from gapprune.pipeline import Profile, calibrate
-    from gapprune.profiling.batched import dense_base, dense_head_reference, measure_entries
+    from gapprune.profiling.batched import dense_base, measure_entries
+    from gapprune.profiling.head import dense_reference
     from gapprune.prune.plan import Plan
 
     reference_folder = folders["float32"]
@@ -72,9 +73,9 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[s
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference table is float32, as on the CPU
         model, tokenizer = load(MODEL, dtype="float32", device=device)
-        calibration = calibrate(model, tokenizer, replace(config, device=device))
+        calibration = calibrate(model, tokenizer, replace(config, device=device), gram=False)
         adapter, inputs = calibration.adapter, calibration.profile_inputs
-        reference = dense_head_reference(adapter, inputs, config.metric, torch.device(device))
+        reference = dense_reference(adapter, inputs, config.metric, torch.device(device))
         base = dense_base(adapter, inputs, reference, config.metric, torch.device(device))
         measured = measure_entries(adapter, inputs, profile.scores, table.options,
                                    {layer: {c: sorted(set(ks)) for c, ks in per.items()} for layer, per in missing.items()},

@@ -166,7 +166,7 @@ def recovery_best_section(records: list[dict]) -> list[str]:
            and "lora" in r["method"]]
     shots: dict[str, dict[str, dict]] = {}
     for r in records:
-        if r.get("kind") == "zeroshot":
+        if r.get("kind") == "zeroshot" and not tuning_method(r):
             shots.setdefault(r["method"], {})[r["task"]] = r
     if not ppl and not shots:
         return []
@@ -195,6 +195,52 @@ def recovery_best_section(records: list[dict]) -> list[str]:
                   "at the same limit, `docs/results/eval.json`); in brackets the share of the dense score:", ""]
         lines += zeroshot_rows(shots, "dense") + [""]
     return lines
+
+
+TUNING = {"none": "none (starting point)", "lora": "LoRA, LM loss (`tune`)",
+          "distill-lora": "distillation into LoRA (rank 8, lr 5e-4)", "distill-all": "distillation, all parameters (lr 1e-4)"}
+
+
+def tuning_method(record: dict) -> str | None:
+    """`benchmarks/distill.py`'s method (lora, distill-lora, distill-all, none) of a record, else None."""
+    method = record.get("method", "").split(":")[0].split(" ")[0]
+    return method if method in TUNING and ("train_data" in record or ":" in record.get("method", "")) else None
+
+
+def distill_section(records: list[dict]) -> list[str]:
+    """Recovery by tuning time: LoRA vs distillation per ratio and training time, and zero-shot after it."""
+    ppl = [r for r in records if r.get("kind") == "methods" and tuning_method(r)]
+    if not ppl:
+        return []
+    lines = ["## Recovery by tuning: LoRA vs distillation (SmolLM2-135M; `benchmarks/distill.py`)", "",
+             "Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca "
+             "only (no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
+             "training time; machine and load per row in `docs/results/recovery.json`.", ""]
+    cells: dict[tuple, dict[str, float]] = defaultdict(dict)
+    meta: dict[tuple, dict] = {}
+    for r in ppl:
+        key = (r["ratio"], r.get("minutes", 0), tuning_method(r), r.get("train_data"))
+        cells[key][r["dataset"]] = r["ppl"]
+        meta[key] = r
+    lines += ["| ratio | method | text | minutes | steps | tokens | CPU | WikiText-2 | PTB |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]))):
+        r, c = meta[key], cells[key]
+        load = r.get("load") or ("2 cores shared by 5-7 jobs" if "load average" in r.get("machine", "") else "-")
+        lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
+                     f"{r.get('tokens', 0):,} | {load} | "
+                     f"{c.get('wikitext2', float('nan')):.2f} | {c.get('ptb', float('nan')):.2f} |")
+    shots: dict[str, dict[str, dict]] = {}
+    for r in records:
+        if r.get("kind") == "zeroshot" and (r["method"] == "dense" or tuning_method(r)):
+            name = "dense" if r["method"] == "dense" else f"{r['method']} at {r['ratio']:.0%}, {r.get('train_s', 0) / 60:.0f} min"
+            shots.setdefault(name, {})[r["task"]] = r
+    if len(shots) > 1:
+        limit = next(iter(shots["dense"].values()))["limit"] if "dense" in shots else "?"
+        lines += ["", f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
+                  "the dense score:", ""]
+        lines += zeroshot_rows(shots, "dense")
+    return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
 
 
 def dense_section(records: list[dict]) -> list[str]:
@@ -470,6 +516,7 @@ def main() -> None:
     lines += methods_section(load("recovery.json"))
     lines += recovery_best_section(load("recovery.json"))
     lines += calib_section(load("recovery.json"))
+    lines += distill_section(load("recovery.json"))
     lines += families_section(load("allocators.json"), load("families.json"))
     lines += compensation_section(load("compensation.json"))
     lines += eval_section(load("eval.json"))
