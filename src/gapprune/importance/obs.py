@@ -43,8 +43,11 @@ def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tens
     block_inv = torch.linalg.inv(hinv[columns][:, columns])
     rows = hinv[columns][:, keep]  # (|S|, kept)
     weight = torch.addmm(weight[:, keep], weight[:, columns] @ block_inv, rows, alpha=-1)
-    hinv = torch.addmm(hinv[keep][:, keep], rows.T, block_inv @ rows, alpha=-1)
-    return weight, hinv
+    kept = int(keep.sum())
+    # one copy of the kept block, updated in place: an 8,960-wide MLP's H⁻¹ is 640 MB in float64,
+    # and hinv[keep][:, keep] followed by an out-of-place addmm held two more of it
+    compact = hinv[keep.unsqueeze(1) & keep.unsqueeze(0)].view(kept, kept)
+    return weight, compact.addmm_(rows.T, block_inv @ rows, alpha=-1)
 
 
 def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: int = 1) -> list[int]:
