@@ -73,7 +73,7 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[s
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference table is float32, as on the CPU
         model, tokenizer = load(MODEL, dtype="float32", device=device)
-        calibration = calibrate(model, tokenizer, replace(config, device=device), gram=False)
+        calibration = calibrate(model, tokenizer, replace(config, device=device))
         adapter, inputs = calibration.adapter, calibration.profile_inputs
         reference = dense_reference(adapter, inputs, config.metric, torch.device(device))
         base = dense_base(adapter, inputs, reference, config.metric, torch.device(device))
