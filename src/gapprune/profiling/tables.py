@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from gapprune.allocate import ALLOCATORS, LossTable, budget_params
 from gapprune.config import TABLE_SETTINGS, PruneConfig
-from gapprune.distributed import gather_table, shard_layers
+from gapprune.distributed import gather_table, rank, shard_layers, world_size
 from gapprune.models import ModelAdapter
 from gapprune.models.loading import default_cache_dir
 from gapprune.models.streaming import is_streamed
@@ -143,7 +143,10 @@ def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_di
     """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
                    "screen_samples": config.screen_samples,
-                   "profile_tokens": calibration_tokens(calibration.profile_inputs)})
+                   "profile_tokens": calibration_tokens(calibration.profile_inputs),
+                   # under torchrun every rank keeps its own: one rank clearing a finished run must not
+                   # remove the folder another rank is still writing to
+                   **({"rank": rank(), "world_size": world_size()} if world_size() > 1 else {})})
     return EntryCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
 
 
