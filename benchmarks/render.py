@@ -202,9 +202,12 @@ TUNING = {"none": "none (starting point)", "lora": "LoRA, LM loss (`tune`)",
 
 
 def tuning_method(record: dict) -> str | None:
-    """`benchmarks/distill.py`'s method (lora, distill-lora, distill-all, none) of a record, else None."""
-    method = record.get("method", "").split(":")[0].split(" ")[0]
-    return method if method in TUNING and ("train_data" in record or ":" in record.get("method", "")) else None
+    """The method of a `benchmarks/distill.py` record ("lora:alpaca" -> lora; none for its starting point), else None."""
+    method = record.get("method", "")
+    if method.startswith("none (starting point"):
+        return "none"
+    name = method.split(":")[0]
+    return name if ":" in method and name in TUNING else None
 
 
 def distill_section(records: list[dict]) -> list[str]:
@@ -226,9 +229,8 @@ def distill_section(records: list[dict]) -> list[str]:
               "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]))):
         r, c = meta[key], cells[key]
-        load = r.get("load") or ("2 cores shared by 5-7 jobs" if "load average" in r.get("machine", "") else "-")
         lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
-                     f"{r.get('tokens', 0):,} | {load} | "
+                     f"{r.get('tokens', 0):,} | {r.get('load', '-')} | "
                      f"{c.get('wikitext2', float('nan')):.2f} | {c.get('ptb', float('nan')):.2f} |")
     shots: dict[str, dict[str, dict]] = {}
     for r in records:
