@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gapprune.importance import ScoringContext, score_units
-from gapprune.importance.obs import obs_order, removal_errors, remove_columns
+from gapprune.importance.obs import compact_, obs_order, removal_errors, remove_columns
 from gapprune.models import get_adapter
 from tests.helpers import tiny_run
 
@@ -40,7 +40,7 @@ def test_removal_error_and_update_equal_the_exact_obs_solution(seed):
         cols = [2 * unit, 2 * unit + 1]
         expected, refit = best_refit_error(weight, h, cols)
         assert float(errors[unit]) == pytest.approx(expected, rel=1e-8)
-        w, hi = remove_columns(weight, hinv, torch.tensor(cols))
+        w, hi = remove_columns(weight, hinv.clone(), torch.tensor(cols))
         kept = [j for j in range(8) if j not in cols]
         assert torch.allclose(w, refit[:, kept], atol=1e-8)
         assert torch.allclose(hi, torch.linalg.inv(h[kept][:, kept]), atol=1e-8)
@@ -49,7 +49,7 @@ def test_removal_error_and_update_equal_the_exact_obs_solution(seed):
 def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given_it(seed=3):
     weight, h = layer_problem(seed)
     damped = h + 0.01 * float(h.diagonal().mean()) * torch.eye(8, dtype=torch.float64)
-    order = obs_order(weight, h, 2)
+    order = obs_order(weight, h, 2, dtype=torch.float64)
     assert sorted(order) == [0, 1, 2, 3]
     cols = lambda units: [c for u in units for c in (2 * u, 2 * u + 1)]
     first = min(range(4), key=lambda u: best_refit_error(weight, damped, cols([u]))[0])
@@ -67,11 +67,27 @@ def test_every_greedy_step_removes_the_unit_of_least_refit_error_given_those_gon
     weight, h = layer_problem(seed, out=4, units=units, width=width)
     damped = h + 0.01 * float(h.diagonal().mean()) * torch.eye(units * width, dtype=torch.float64)
     cols = lambda us: [u * width + i for u in us for i in range(width)]
-    order = obs_order(weight, h, width)
+    order = obs_order(weight, h, width, dtype=torch.float64)
     for step in range(units - 1):  # the last unit is whatever is left
         rest = [u for u in range(units) if u not in order[:step]]
         best = min(rest, key=lambda u: best_refit_error(weight, damped, cols(order[:step] + [u]))[0])
         assert order[step] == best
+
+
+@pytest.mark.parametrize("n", [7, 300])
+def test_in_place_compaction_equals_the_masked_copy(n):
+    matrix = torch.randn(n, n, dtype=torch.float64)
+    keep = torch.rand(n, generator=torch.Generator().manual_seed(n)) > 0.3
+    expected = matrix[keep][:, keep].clone()
+    assert torch.equal(compact_(matrix, keep, rows_per_copy=16), expected)
+
+
+def test_float32_solve_keeps_the_float64_order_on_a_well_conditioned_layer():
+    g = torch.Generator().manual_seed(7)
+    weight = torch.randn(16, 64, generator=g)
+    x = torch.randn(512, 64, generator=g) * torch.linspace(0.2, 3.0, 64)
+    h = x.T @ x
+    assert obs_order(weight, h, 1, 4, dtype=torch.float32) == obs_order(weight, h, 1, 4, dtype=torch.float64)
 
 
 def test_obs_scores_rank_every_unit_of_a_real_model(llama, token_ids):
