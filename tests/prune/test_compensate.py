@@ -89,3 +89,28 @@ def test_lsq_with_an_infinite_ridge_is_bias_compensation(calibrated):
     biased, _, _ = pruned(model, run, "bias")
     with torch.inference_mode():
         assert torch.allclose(stiff(input_ids=ids).logits, biased(input_ids=ids).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("ridge", [0.01, 1.0])
+def test_lsq_refit_equals_the_float64_augmented_normal_equations(ridge):
+    from gapprune.calibrate.gram import GramStats
+    from gapprune.prune.compensate import lsq_affine
+
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(300, 24, generator=g, dtype=torch.float64) * torch.linspace(0.5, 2.0, 24, dtype=torch.float64) + 3.0
+    weight = torch.randn(6, 24, generator=g)
+    kept = torch.tensor([0, 2, 3, 7, 8, 9, 15, 20, 23])
+    key = (0, "mlp")
+    stats = GramStats(fit={key: (x.T @ x).float()}, sums={key: [x.sum(0), x.sum(0)]}, counts={key: [300, 300]})
+    got_w, got_b = lsq_affine(weight, stats, key, kept, ridge)
+    # reference: [x_K, 1] augmented, ridge towards W_K on the weights only, all in float64
+    gram, w, k = x.T @ x, weight.double(), len(kept)
+    lam = ridge * float(gram[kept][:, kept].diagonal().mean())
+    system = torch.zeros(k + 1, k + 1, dtype=torch.float64)
+    system[:k, :k] = gram[kept][:, kept] + lam * torch.eye(k, dtype=torch.float64)
+    system[:k, k] = system[k, :k] = x.sum(0)[kept]
+    system[k, k] = 300
+    rhs = torch.cat([w @ gram[:, kept] + lam * w[:, kept], (w @ x.sum(0)).unsqueeze(1)], dim=1)
+    solved = torch.linalg.solve(system, rhs.T).T
+    assert torch.allclose(got_w.double(), solved[:, :k], rtol=1e-3, atol=1e-4)
+    assert torch.allclose(got_b.double(), solved[:, k], rtol=1e-3, atol=1e-4)

@@ -30,9 +30,10 @@ COMPENSATIONS = ("lsq", "bias", "none")
 
 
 def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, gram: torch.Tensor) -> float:
-    """tr(D G Dᵀ) with D = dense − pruned (zero-padded to all columns): Σ over tokens of ||Δy||²."""
-    diff = dense.double() - pruned.double()  # (out, n_in)
-    return float(((diff @ gram.double()) * diff).sum())
+    """tr(D G Dᵀ) with D = dense − pruned (zero-padded to all columns): Σ over tokens of ||Δy||².
+    Matrix products in float32 (no float64 copy of an intermediate² Gram), the sum in float64."""
+    diff = dense.float() - pruned.float()  # (out, n_in)
+    return float(((diff @ gram.float()) * diff).sum(dtype=torch.float64))
 
 
 def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kept: torch.Tensor,
@@ -40,29 +41,40 @@ def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kep
     """Kept columns and a bias: minimise Σ||W x − W'_K x_K − b||² + λ||W'_K − W_K||² over the fit half.
 
     The ridge pulls the kept columns towards their original values (not towards zero), so λ → ∞
-    gives `bias` compensation and λ → 0 the unregularised re-fit. Normal equations on the augmented
-    input [x_K, 1]: the Gram block G[K, K], the input sums s_K and the token count n; λ is `ridge`
-    times the mean of diag(G[K, K]). Returns (W'_K, b).
+    gives `bias` compensation and λ → 0 the unregularised re-fit; λ is `ridge` times the mean of
+    diag(G[K, K]). The optimal bias is b = (W s − W'_K s_K)/n (s: input sums, n: tokens), and putting
+    it back leaves the normal equations of the centred Gram C = G − s sᵀ/n:
+
+        W'_K (C_KK + λI) = (W C)[:, K] + λ W_K
+
+    solved in float32 through a Cholesky factor (C_KK + λI is positive definite): one |K|² system and
+    its factor, where the augmented float64 system held five intermediate²-sized matrices.
+    Returns (W'_K, b).
     """
-    g, total, n = stats.fit[key].double(), stats.sums[key][0], stats.counts[key][0]
-    k = len(kept)
-    g_kk = g[kept][:, kept]
-    damp = ridge * float(g_kk.diagonal().mean()) + 1e-8
-    system = torch.zeros(k + 1, k + 1, dtype=torch.float64)
-    system[:k, :k] = g_kk + damp * torch.eye(k, dtype=torch.float64)
-    system[:k, k] = total[kept]
-    system[k, :k] = total[kept]
-    system[k, k] = n
-    w = weight.double()
-    rhs = torch.cat([w @ g[:, kept] + damp * w[:, kept], (w @ total).unsqueeze(1)], dim=1)  # (out, k + 1)
-    solved = torch.linalg.solve(system, rhs.T).T
-    return solved[:, :k].to(weight.dtype), solved[:, k].to(weight.dtype)
+    g, n = stats.fit[key], stats.counts[key][0]
+    total = stats.sums[key][0].float()
+    w = weight.float()
+    system = g.index_select(0, kept).index_select(1, kept)  # (k, k) float32, a fresh copy
+    damp = ridge * float(system.diagonal().mean(dtype=torch.float64)) + 1e-8
+    total_k = total[kept]
+    system.addr_(total_k, total_k, alpha=-1.0 / max(n, 1)).diagonal().add_(damp)  # C_KK + λI, in place
+    w_total = w @ total  # (out,)
+    rhs = (w @ g)[:, kept]  # (W G)[:, K], as G is symmetric: (out, k)
+    rhs.addr_(w_total, total_k, alpha=-1.0 / max(n, 1)).add_(w[:, kept], alpha=damp)
+    chol, info = torch.linalg.cholesky_ex(system)
+    del system
+    if int(info) != 0:
+        raise torch.linalg.LinAlgError(f"lsq system of {key} is not positive definite; raise --ridge")
+    solved = torch.cholesky_solve(rhs.T, chol).T  # (out, k)
+    shift = (w_total - solved @ total_k) / max(n, 1)
+    return solved.to(weight.dtype), shift.to(weight.dtype)
 
 
 def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: torch.Tensor, total: torch.Tensor, n: int) -> float:
     """Σ over tokens of ||D x − b||² = tr(D G Dᵀ) − 2 bᵀ D s + n ||b||² (D: dense − pruned weights, zero-padded)."""
-    d, b = diff.double(), bias.double()
-    return float(((d @ gram.double()) * d).sum() - 2 * b @ (d @ total) + n * (b @ b))
+    d, b = diff.float(), bias.float()
+    quadratic = ((d @ gram.float()) * d).sum(dtype=torch.float64)
+    return float(quadratic - 2 * (b.double() @ (d.double() @ total.double())) + n * (b.double() @ b.double()))
 
 
 @dataclass
@@ -84,7 +96,7 @@ def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int
           ridge: float = 1.0) -> Refit:
     """The `lsq` or `bias` compensation of a projection that keeps the dense input columns `cols`."""
     stats.ensure(key[0])
-    dense = dense.detach().cpu()  # the Grams live on the CPU; solves run there in float64, results cast back
+    dense = dense.detach().cpu()  # the Grams live on the CPU; solves run there in float32, results cast back
     kept = torch.tensor(cols, dtype=torch.long)
     plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
     before = reconstruction_error(dense, plain, stats.held_out[key])
