@@ -16,6 +16,7 @@ records"; a block below only says which runs it wants (`Run`). Resumable: what i
 
     python benchmarks/compare.py allocators --data-dir ../shared/data
     python benchmarks/compare.py families --model gemma3-270m --data-dir ../shared/data
+    python benchmarks/compare.py families --model qwen2.5-coder-1.5b --defaults --zeroshot-limit 0 --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -361,6 +362,9 @@ def main() -> None:
     p.add_argument("--exact-check", action="store_true", help="families: also compare auto's plans with exact's")
     p.add_argument("--skip-full", action="store_true", help="allocators: skip the full WikiText-2 test runs")
     p.add_argument("--folders", default=None, help="where saved pruned and tuned folders go")
+    p.add_argument("--defaults", action="store_true",
+                   help="families: the CLI's default settings (criterion obs, 8 profiling windows, ...) instead of "
+                        "the benchmarks' calibration block; a `gapprune prune` folder then serves as --profile")
     a = p.parse_args()
     study = a.study
     a.out = a.out or f"docs/results/{OUT.get(study, 'allocators')}.json"
@@ -378,6 +382,8 @@ def main() -> None:
                         **({"compensate": "lsq"} if study == "families" else {}))
     profile = a.profile or (PROFILE if shared else f"{a.folders}/{Path(a.model).name}-profile" if study == "families"
                             else None)
+    if a.defaults and study == "families":
+        base = PruneConfig(ratio=0.25, compensate="lsq", ratio_of=a.ratio_of, data_dir=a.data_dir)
     bench = Bench(a, base, profile)
     for run in STUDIES[study](a, bench):
         bench.measure(run)

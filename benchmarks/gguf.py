@@ -2,6 +2,9 @@
 
     python benchmarks/gguf.py --phase ppl   --data-dir ../shared/data
     python benchmarks/gguf.py --phase speed --rounds 3
+    # another model's pruned folder alone, f16, 64 windows:
+    python benchmarks/gguf.py --phase ppl --models qwen2.5-coder-1.5b=runs/q15-gap-25 --ratios 0.25 \
+        --ratio-of decoder --types f16 --windows 64 --data-dir ../shared/data
 
 Perplexity: WikiText-2 test, first 256 windows of 128 tokens (no BOS), the same token windows for
 llama.cpp and transformers (tokenised once by the transformers tokenizer; the GGUF's tokenizer gives
@@ -88,7 +91,7 @@ def phase_ppl(args: argparse.Namespace, models: dict[str, str], ratios: dict[str
             path = gguf_path(work, name, file_type)
             result = gguf_perplexity(path, windows, threads=args.ppl_threads, dataset="wikitext2", split="test")
             record = records.get((name, file_type), {"model": name, "type": file_type})
-            record.update(ratio=ratios[name], runtime=RUNTIME, ppl=round(result.ppl, 3),
+            record.update(ratio=ratios[name], ratio_of=args.ratio_of, runtime=RUNTIME, ppl=round(result.ppl, 3),
                           ppl_transformers=round(reference.ppl, 3),
                           ppl_rel_diff=round(result.ppl / reference.ppl - 1, 5), windows=result.windows,
                           ppl_wall_s=result.wall_s, ppl_transformers_wall_s=reference.wall_s,
@@ -165,6 +168,7 @@ def main() -> None:
     parser.add_argument("--models", default="dense=smollm2-135m,gap25=runs/gguf/gap25,gap50=runs/gguf/gap50",
                         help="name=model pairs; the first is the dense reference")
     parser.add_argument("--ratios", default="0,0.25,0.5")
+    parser.add_argument("--ratio-of", default="model", help="what the ratios are fractions of (model or decoder), recorded")
     parser.add_argument("--types", default="f32,f16,q8_0,q4_0", help="types for perplexity")
     parser.add_argument("--speed-types", default="f16,q4_0")
     parser.add_argument("--windows", type=int, default=256)

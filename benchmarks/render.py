@@ -60,7 +60,7 @@ def zeroshot_rows(rows: dict[str, dict[str, dict]], dense: str) -> list[str]:
 
 def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
     models = [m for m in dict.fromkeys(r.get("model") for r in ppl) if m and m != "smollm2-135m"]
-    lines = ["## Other families: Gemma-3-270M and Qwen2.5-Coder-0.5B", ""]
+    lines = ["## Other families: Gemma-3-270M, Qwen2.5-Coder-0.5B and Qwen2.5-Coder-1.5B", ""]
     for model in models:
         rows = [r for r in ppl if r.get("model") == model and r.get("profiler") == "auto" and r.get("kind") == "ppl"]
         if not rows:
@@ -71,8 +71,10 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
             continue
         windows = meta["windows"]
         lines += [f"### `{model}`", "",
-                  f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. Benchmark calibration "
-                  "(32 windows x 128 tokens of WikiText-2 validation, ΔL on the first 4), criterion `activation`, auto "
+                  f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. "
+                  + ("The CLI's default settings" if "--defaults" in meta["command"] else "Benchmark calibration")
+                  + f" ({meta.get('calib_samples', 32)} windows x 128 tokens of WikiText-2 validation, ΔL on the first "
+                  f"{meta.get('profile_samples', 4)}), criterion `{meta.get('criterion', 'activation')}`, auto "
                   f"profiler, one table grown ratio by ratio. Perplexity: first {windows} windows of 128 tokens of the "
                   f"test splits{' (BOS + 127 text tokens per window)' if meta.get('bos') else ''}. Cells: WikiText-2 / "
                   "PTB; GAP and the baselines without compensation, `gap + lsq` with the default sequential lsq. "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from tqdm.auto import tqdm
 
 from gapprune.calibrate.stats import CalibrationStats
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
@@ -82,7 +83,10 @@ def score_units(context: ScoringContext, criterion: str) -> UnitScores:
     """Score every unit of every component with the named criterion."""
     fn = CRITERIA.get(criterion)
     adapter = context.adapter
-    scores = [{c: fn(context, layer, c).double().cpu() for c in COMPONENTS} for layer in range(adapter.n_layers)]
+    # obs on a billion-parameter model takes minutes (an OBS pass per 8,960-wide MLP): show the layers go by
+    layers = tqdm(range(adapter.n_layers), desc=f"importance ({criterion})", unit="layer",
+                  disable=adapter.n_layers * max(adapter.layer_shape(0).intermediate, 1) < 50_000)
+    scores = [{c: fn(context, layer, c).double().cpu() for c in COMPONENTS} for layer in layers]
     for layer, per in enumerate(scores):
         shape = adapter.layer_shape(layer)
         expected = {"attn": shape.n_heads, "mlp": shape.intermediate}
