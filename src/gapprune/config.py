@@ -14,6 +14,9 @@ TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
 # Settings added after profiles were first saved: left out of the fingerprint at these values, so
 # those profiles stay valid.
 LATER_SETTINGS = {"table_compensation": "none"}
+# A Gram matrix XᵀX is held as its rows X when a half's tokens · this ≤ its width (calibrate/gram.py):
+# the rows are then at most a quarter of its size. Here because the memory policy estimates with it too.
+TOKEN_ROWS_FACTOR = 4
 
 
 @dataclass(frozen=True)

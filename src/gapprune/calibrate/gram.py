@@ -6,6 +6,11 @@ so they live below both. An MLP Gram is intermediate² floats: for every layer a
 therefore holds one layer's Grams: asked for layer l, it replays the dense layer l from the cached
 layer inputs (same batches, same order, so the same sums as hooks on the calibration pass) and
 drops the previous layer's. Readers call `ensure(layer)` before they read a layer's entries.
+
+When a half sees few tokens against the projection's width (t ≤ n / 4: a wide MLP with little
+calibration data, a 70B model's 28,672 channels against 2,048 tokens), the Gram is held as its
+rows X (t × n, `TokenGram`) instead of XᵀX (n × n): the solves that read it (obs, lsq) then work
+in the t-dimensional token space (Woodbury), and memory is t·n, not n².
 """
 
 from __future__ import annotations
@@ -18,7 +23,50 @@ import torch
 from torch import nn
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.config import TOKEN_ROWS_FACTOR
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
+
+
+class TokenGram:
+    """XᵀX held as the rows X (t, n), float32: what a half of the calibration tokens gives when t ≪ n.
+
+    Readers ask for what they need (`quadratic`, `times`, `rows`) rather than the n × n matrix."""
+
+    def __init__(self, n: int, parts: list[torch.Tensor] | None = None) -> None:
+        self.n, self.parts = n, parts or []
+
+    @property
+    def rows(self) -> torch.Tensor:
+        if len(self.parts) != 1:
+            self.parts = [torch.cat(self.parts) if self.parts else torch.zeros(0, self.n)]
+        return self.parts[0]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.n)
+
+    def add_(self, x: torch.Tensor) -> None:
+        self.parts.append(x.detach().float().clone())
+
+    def dense(self) -> torch.Tensor:
+        return self.rows.T @ self.rows
+
+    def to(self, device: str | torch.device) -> TokenGram:
+        return TokenGram(self.n, [self.rows.to(device)])
+
+    def __add__(self, other: TokenGram) -> TokenGram:
+        return TokenGram(self.n, [torch.cat([self.rows, other.rows])])
+
+
+Gram = torch.Tensor | TokenGram  # (n, n) XᵀX, or its rows
+
+
+def quadratic(d: torch.Tensor, gram: Gram) -> torch.Tensor:
+    """tr(D G Dᵀ) in float64 (products in float32): D (out, n)."""
+    d = d.float()
+    if isinstance(gram, TokenGram):
+        return (d @ gram.rows.T).square().sum(dtype=torch.float64)  # ||D Xᵀ||²
+    return ((d @ gram.float()) * d).sum(dtype=torch.float64)
 
 
 @dataclass
@@ -26,8 +74,8 @@ class GramStats:
     """Per (layer, component): Gram matrices of the output projection's input on two halves of the
     calibration batches (fit, held out), and the input mean for `bias`."""
 
-    fit: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (n_in, n_in) float32
-    held_out: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    fit: dict[tuple[int, str], Gram] = field(default_factory=dict)  # (n_in, n_in) float32, or its rows
+    held_out: dict[tuple[int, str], Gram] = field(default_factory=dict)
     sums: dict[tuple[int, str], list[torch.Tensor]] = field(default_factory=dict)  # [fit, held out] (n_in,) float64
     counts: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # [fit, held out] tokens
     batches: dict[tuple[int, str], int] = field(default_factory=dict)
@@ -47,7 +95,7 @@ class GramStats:
         """Move accumulated matrices to the CPU, where the solves run (in place: views share the dicts)."""
         for table in (self.fit, self.held_out):
             for key, value in table.items():
-                table[key] = value.cpu()
+                table[key] = value.to("cpu")
         for key, sums in self.sums.items():
             self.sums[key] = [t.cpu() for t in sums]
 
@@ -85,7 +133,8 @@ class LayerGrams(GramStats):
         self.release()
         block = self.adapter.layers[layer]  # a streamed model loads the layer here
         param = next(block.parameters())
-        handles = [gram_hook(out, (layer, c), self) for c in COMPONENTS
+        tokens = max(sum(int(h.shape[0] * h.shape[1]) for h in self.inputs.hidden[layer][half::2]) for half in (0, 1))
+        handles = [gram_hook(out, (layer, c), self, tokens) for c in COMPONENTS
                    if (out := self.adapter.out_proj(layer, c)) is not None]
         try:
             with torch.inference_mode():
@@ -109,21 +158,29 @@ class LayerGrams(GramStats):
         return LayerGrams(self.adapter, self.inputs, source=self)
 
 
-def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats) -> torch.utils.hooks.RemovableHandle:
-    """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out."""
+def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats,
+              tokens_per_half: int | None = None) -> torch.utils.hooks.RemovableHandle:
+    """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out.
+    Given the tokens a half will see, a projection that wide keeps the rows instead (`TokenGram`)."""
     n = linear.in_features
-    into.fit[key] = torch.zeros(n, n)
-    into.held_out[key] = torch.zeros(n, n)
+    rows = tokens_per_half is not None and tokens_per_half * TOKEN_ROWS_FACTOR <= n
+    into.fit[key] = TokenGram(n) if rows else torch.zeros(n, n)
+    into.held_out[key] = TokenGram(n) if rows else torch.zeros(n, n)
     into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
     into.counts[key], into.batches[key] = [0, 0], 0
 
     def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
         x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # (tokens, n_in), float32 on the layer's device
-        if into.fit[key].device != x.device:  # accumulate where the activations are (a GPU); `to_cpu_` after
-            into.fit[key], into.held_out[key] = into.fit[key].to(x.device), into.held_out[key].to(x.device)
-            into.sums[key] = [t.to(x.device) for t in into.sums[key]]
         half = into.batches[key] % 2
-        (into.held_out if half else into.fit)[key] += x.T @ x
+        target = (into.held_out if half else into.fit)[key]
+        if isinstance(target, TokenGram):
+            target.add_(x)
+        else:
+            if target.device != x.device:  # accumulate where the activations are (a GPU); `to_cpu_` after
+                into.fit[key], into.held_out[key] = into.fit[key].to(x.device), into.held_out[key].to(x.device)
+            (into.held_out if half else into.fit)[key] += x.T @ x
+        if into.sums[key][0].device != x.device:
+            into.sums[key] = [t.to(x.device) for t in into.sums[key]]
         into.sums[key][half] += x.double().sum(0)
         into.counts[key][half] += x.shape[0]
         into.batches[key] += 1

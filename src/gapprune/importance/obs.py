@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from gapprune.calibrate.gram import TokenGram
 from gapprune.importance.base import CRITERIA, ScoringContext
 
 DAMP = 0.01  # H + DAMP · mean(diag H) · I, as SparseGPT: keeps H⁻¹ finite for dead or collinear columns
@@ -102,6 +103,46 @@ def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: in
     return order
 
 
+def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor, width: int, per_step: int = 1,
+                     dtype: torch.dtype = torch.float32) -> list[int]:
+    """`obs_order` for H = XᵀX given as its rows X (t, n) with t ≪ n (`TokenGram`), same order.
+
+    With δ the damping, Woodbury gives H_KK⁻¹ = (I − X_Kᵀ M X_K)/δ with M = (δI + X_K X_Kᵀ)⁻¹, a
+    t × t matrix: the removal errors need the w × w diagonal blocks of H_KK⁻¹ and the update the
+    rows of the removed columns, so a step costs O(t²k) and memory stays t·n, never n²."""
+    x = rows.to("cpu", dtype)
+    w = weight.detach().to("cpu", dtype)
+    t, n = x.shape
+    out = w.shape[0]
+    delta = DAMP * float(x.double().square().sum()) / n + _TINY  # = DAMP·mean(diag XᵀX) + 1e-12, as obs_order
+    eye_t, eye_w = torch.eye(t, dtype=dtype), torch.eye(width, dtype=dtype)
+    alive = torch.arange(n // width)
+    order: list[int] = []
+    while len(alive):
+        units = len(alive)
+        p = torch.cholesky_solve(x, torch.linalg.cholesky(x @ x.T + delta * eye_t))  # M X_K, (t, k)
+        xu = x.view(t, units, width).permute(1, 2, 0)  # (units, w, t)
+        pu = p.view(t, units, width).permute(1, 0, 2)  # (units, t, w)
+        blocks = (eye_w - torch.bmm(xu, pu)) / delta  # diagonal blocks of H_KK⁻¹, (units, w, w)
+        wu = w.view(out, units, width).transpose(0, 1)  # (units, out, w)
+        errors = (torch.bmm(wu, torch.linalg.inv(blocks)) * wu).sum((1, 2))
+        take = errors.argsort()[:per_step]
+        order += alive[take].tolist()
+        columns = (take.view(-1, 1) * width + torch.arange(width)).flatten()
+        keep = torch.ones(units * width, dtype=torch.bool)
+        keep[columns] = False
+        hinv_rows = -(x[:, columns].T @ p)  # rows S of H_KK⁻¹ times δ: E_S − X_Sᵀ M X_K
+        hinv_rows[torch.arange(len(columns)), columns] += 1
+        hinv_rows /= delta
+        block_inv = torch.linalg.inv(hinv_rows[:, columns])
+        w = w[:, keep] - (w[:, columns] @ block_inv) @ hinv_rows[:, keep]
+        x = x[:, keep].contiguous()
+        kept = torch.ones(units, dtype=torch.bool)
+        kept[take] = False
+        alive = alive[kept]
+    return order
+
+
 @CRITERIA.register("obs")
 def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """Greedy structured OBS on the output projection: a unit's score is the step at which it would go."""
@@ -111,11 +152,15 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     assert out is not None
     key = (layer, component)
     context.grams.ensure(layer)  # one layer's Grams at a time (calibrate/gram.py)
-    gram = context.grams.fit[key] + context.grams.held_out[key]  # every calibration token
+    fit, held_out = context.grams.fit[key], context.grams.held_out[key]
     width = context.adapter.unit_width(component)
     n_units = out.in_features // width
     per_step = 1 if component == "attn" else max(1, n_units // CHANNEL_BLOCKS)
     scores = torch.empty(n_units, dtype=torch.float64)
-    order = obs_order(out.weight, gram, width, per_step)
+    if isinstance(fit, TokenGram) and isinstance(held_out, TokenGram):  # every calibration token's row
+        order = obs_order_tokens(out.weight, (fit + held_out).rows, width, per_step)
+    else:
+        assert isinstance(fit, torch.Tensor) and isinstance(held_out, torch.Tensor)
+        order = obs_order(out.weight, fit + held_out, width, per_step)  # every calibration token
     scores[order] = torch.arange(n_units, dtype=torch.float64)
     return scores

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gapprune.calibrate.gram import GramStats
+from gapprune.calibrate.gram import Gram, GramStats, TokenGram, quadratic
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.prune.plan import Plan, apply_plan_, check_layers
 
@@ -29,11 +29,10 @@ log = logging.getLogger(__name__)
 COMPENSATIONS = ("lsq", "bias", "none")
 
 
-def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, gram: torch.Tensor) -> float:
+def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, gram: Gram) -> float:
     """tr(D G Dᵀ) with D = dense − pruned (zero-padded to all columns): Σ over tokens of ||Δy||².
     Matrix products in float32 (no float64 copy of an intermediate² Gram), the sum in float64."""
-    diff = dense.float() - pruned.float()  # (out, n_in)
-    return float(((diff @ gram.float()) * diff).sum(dtype=torch.float64))
+    return float(quadratic(dense.float() - pruned.float(), gram))
 
 
 def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kept: torch.Tensor,
@@ -53,6 +52,8 @@ def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kep
     """
     g, n = stats.fit[key], stats.counts[key][0]
     total = stats.sums[key][0].float()
+    if isinstance(g, TokenGram):
+        return lsq_affine_tokens(weight, g.rows, total, n, kept, ridge)
     w = weight.float()
     system = g.index_select(0, kept).index_select(1, kept)  # (k, k) float32, a fresh copy
     damp = ridge * float(system.diagonal().mean(dtype=torch.float64)) + 1e-8
@@ -70,11 +71,32 @@ def lsq_affine(weight: torch.Tensor, stats: GramStats, key: tuple[int, str], kep
     return solved.to(weight.dtype), shift.to(weight.dtype)
 
 
-def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: torch.Tensor, total: torch.Tensor, n: int) -> float:
+def lsq_affine_tokens(weight: torch.Tensor, rows: torch.Tensor, total: torch.Tensor, n: int, kept: torch.Tensor,
+                      ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`lsq_affine` from the fit half's rows X (t, n), t ≪ n: the same solution through Woodbury.
+
+    The centred rows X̃ = X − s/n give C = X̃ᵀX̃, so (C_KK + λI)⁻¹ = (I − X̃_Kᵀ(λI + X̃_K X̃_Kᵀ)⁻¹X̃_K)/λ:
+    one t × t system instead of a |K| × |K| one."""
+    x = rows.float()
+    centred = x - total / max(n, 1)  # (t, n)
+    xk = centred[:, kept]  # (t, k)
+    w = weight.float()
+    damp = ridge * float(x[:, kept].double().square().sum()) / max(len(kept), 1) + 1e-8  # λ: as lsq_affine's
+    rhs = (w @ centred.T) @ xk + damp * w[:, kept]  # (W C)[:, K] + λ W_K, (out, k)
+    inner = xk @ xk.T
+    inner.diagonal().add_(damp)
+    chol, info = torch.linalg.cholesky_ex(inner)
+    if int(info) != 0:
+        raise torch.linalg.LinAlgError("lsq token-space system is not positive definite; raise --ridge")
+    solved = (rhs - torch.cholesky_solve((rhs @ xk.T).T, chol).T @ xk) / damp
+    shift = (w @ total - solved @ total[kept]) / max(n, 1)
+    return solved.to(weight.dtype), shift.to(weight.dtype)
+
+
+def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: Gram, total: torch.Tensor, n: int) -> float:
     """Σ over tokens of ||D x − b||² = tr(D G Dᵀ) − 2 bᵀ D s + n ||b||² (D: dense − pruned weights, zero-padded)."""
-    d, b = diff.float(), bias.float()
-    quadratic = ((d @ gram.float()) * d).sum(dtype=torch.float64)
-    return float(quadratic - 2 * (b.double() @ (d.double() @ total.double())) + n * (b.double() @ b.double()))
+    b = bias.double()
+    return float(quadratic(diff, gram) - 2 * (b @ (diff.double() @ total.double())) + n * (b @ b))
 
 
 @dataclass

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from gapprune.config import TOKEN_ROWS_FACTOR
 from gapprune.models.streaming.safetensors_io import INDEX_FILE, folder_sources
 
 
@@ -31,16 +32,22 @@ def available_bytes() -> int:
 def working_bytes(folder: str | Path, tokens: int = 4096) -> int:
     """What a prune holds besides the weights, estimated from config.json: the cached layer inputs
     (float32, one per layer plus the final one) and one layer's working set (its two output
-    projections' Grams on two halves, float32, and the OBS workspace, float64, for the wider one).
-    Nothing here grows with depth except the cache (`calibrate/gram.py` holds one layer's Grams)."""
+    projections' Grams on two halves, float32, and the OBS workspace, float32, for the wider one; a
+    projection wider than four times a half's tokens holds rows instead, `TokenGram`). Nothing here
+    grows with depth except the cache (`calibrate/gram.py` holds one layer's Grams)."""
     config = json.loads((Path(folder) / "config.json").read_text())
     config = config.get("text_config", config)
     hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
     head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
     widths = [int(config["num_attention_heads"]) * head_dim, int(config["intermediate_size"])]
     cache = (layers + 1) * tokens * hidden * 4
-    grams = sum(2 * w * w * 4 for w in widths)
-    obs = 3 * max(widths) ** 2 * 8  # the Gram in float64, its Cholesky factor, the inverse
+    half = tokens // 2
+
+    def one_gram(width: int) -> int:  # bytes of one half's Gram, as `gram_hook` chooses its form
+        return (half if half * TOKEN_ROWS_FACTOR <= width else width) * width * 4
+
+    grams = sum(2 * one_gram(w) for w in widths)
+    obs = 3 * 2 * one_gram(max(widths))  # the summed Gram, its damped copy and Cholesky factor, the inverse
     return cache + grams + obs
 
 
