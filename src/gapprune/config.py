@@ -15,8 +15,10 @@ TABLE_SETTINGS = (*PROFILE_SETTINGS, "profiler", "mlp_stride")
 # those profiles stay valid.
 LATER_SETTINGS = {"table_compensation": "none"}
 # A Gram matrix XᵀX is held as its rows X when a half's tokens · this ≤ its width (calibrate/gram.py):
-# the rows are then at most a quarter of its size. Here because the memory policy estimates with it too.
-TOKEN_ROWS_FACTOR = 4
+# the rows are then at most 1/16 of its size, and token-space OBS, O(t²·n) per greedy step over 64
+# steps, costs no more than the n × n one's O(n³) (t = both halves' tokens ≤ n/8). Here because the
+# memory policy estimates with it too.
+TOKEN_ROWS_FACTOR = 16
 
 
 @dataclass(frozen=True)

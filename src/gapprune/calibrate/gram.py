@@ -7,8 +7,8 @@ therefore holds one layer's Grams: asked for layer l, it replays the dense layer
 layer inputs (same batches, same order, so the same sums as hooks on the calibration pass) and
 drops the previous layer's. Readers call `ensure(layer)` before they read a layer's entries.
 
-When a half sees few tokens against the projection's width (t ≤ n / 4: a wide MLP with little
-calibration data, a 70B model's 28,672 channels against 2,048 tokens), the Gram is held as its
+When a half sees few tokens against the projection's width (t ≤ n / 16, `TOKEN_ROWS_FACTOR`: a
+wide MLP with little calibration data), the Gram is held as its
 rows X (t × n, `TokenGram`) instead of XᵀX (n × n): the solves that read it (obs, lsq) then work
 in the t-dimensional token space (Woodbury), and memory is t·n, not n².
 """
