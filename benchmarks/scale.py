@@ -129,6 +129,8 @@ def run(args: argparse.Namespace, cli_args: list[str]) -> None:
         "model": args.name or args.model, "mode": args.label, "world_size": args.nproc,
         "weights_mb": weights_mb(args.model), "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
         "wall_s": max(r["wall_s"] for r in results),
+        "compensate": cli_args[cli_args.index("--compensate") + 1] if "--compensate" in cli_args else "lsq",
+        "peak_rss_over_weights": round(max(r["peak_rss_mb"] for r in results) / weights_mb(args.model), 3),
         "table_max_rel_diff": (max_rel_diff(out / "loss_table.json", Path(args.reference_table))
                                if args.reference_table else None),
         "table_reference": args.reference_table,
