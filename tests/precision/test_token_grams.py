@@ -71,7 +71,9 @@ def test_a_model_pruned_through_token_grams_matches_the_dense_gram_prune(monkeyp
     import copy
 
     import gapprune.calibrate.gram as gram_module
+    from gapprune.models import get_adapter
     from gapprune.pipeline import prune_model_
+    from gapprune.prune.sequential import prune_sequentially_
     from tests.conftest import tiny_qwen2
     from tests.helpers import tiny_run
     from tests.precision.contracts import IDS
@@ -85,12 +87,17 @@ def test_a_model_pruned_through_token_grams_matches_the_dense_gram_prune(monkeyp
         plan = run.plan(0.3, "uniform")
         pruned = copy.deepcopy(model)
         summary = prune_model_(pruned, plan, "lsq", run.calibration.gram)
+        sequential = copy.deepcopy(model)
+        prune_sequentially_(get_adapter(sequential), plan, run.calibration.inputs, "lsq")
         with torch.inference_mode():
-            results[name] = (run.calibration.scores, plan, summary, pruned(input_ids=IDS).logits)
-    (scores_r, plan_r, summary_r, logits_r), (scores_d, plan_d, summary_d, logits_d) = results["rows"], results["dense"]
+            results[name] = (run.calibration.scores, plan, summary, pruned(input_ids=IDS).logits,
+                             sequential(input_ids=IDS).logits)
+    (scores_r, plan_r, summary_r, logits_r, seq_r), (scores_d, plan_d, summary_d, logits_d, seq_d) = \
+        results["rows"], results["dense"]
     for layer in range(4):
         for c in ("attn", "mlp"):
             assert torch.equal(scores_r.get(layer, c), scores_d.get(layer, c))
     assert [lp.mlp.kept for lp in plan_r.layers] == [lp.mlp.kept for lp in plan_d.layers]
     assert summary_r["applied"] == summary_d["applied"] > 0
     assert torch.allclose(logits_r, logits_d, atol=1e-3, rtol=1e-3)
+    assert torch.allclose(seq_r, seq_d, atol=1e-3, rtol=1e-3)
