@@ -45,7 +45,7 @@ from common import (
 )
 
 from gapprune.api import load, pruned_copy, write_profile_folder
-from gapprune.config import PROFILE_SETTINGS, TABLE_SETTINGS, PruneConfig
+from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, TABLE_SETTINGS, PruneConfig
 from gapprune.evaluate.records import eval_records
 from gapprune.export.save import save
 from gapprune.models import get_adapter
@@ -93,7 +93,12 @@ class Bench:
     def calibration(self, config: PruneConfig) -> Calibration:
         key = tuple(getattr(config, n) for n in PROFILE_SETTINGS if n != "table_compensation")
         if key not in self.calibrations:  # Grams always: some run of the study compensates
-            self.calibrations[key] = calibrate(self.model, self.tokenizer, config, gram=True)
+            folder = Path(self.profile_dir) if self.profile_dir else None
+            saved = Profile.load(folder) if folder is not None and folder.exists() else None
+            same = saved is not None and all(saved.settings.get(n, LATER_SETTINGS.get(n)) == getattr(config, n)
+                                             for n in PROFILE_SETTINGS)  # then its scores are reused (checked in plan_for)
+            self.calibrations[key] = calibrate(self.model, self.tokenizer, config, gram=True,
+                                               scores=saved.scores if same and saved is not None else None)
         return self.calibrations[key]
 
     def plan(self, config: PruneConfig):  # type: ignore[no-untyped-def]

@@ -95,7 +95,8 @@ def prune(
     """
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     needs_calibration = plan is None or config.compensate != "none"
-    calibration = calibrate(model, tokenizer, config) if needs_calibration else None
+    reused = profile.scores if profile is not None else None  # checked against this model in plan_for
+    calibration = calibrate(model, tokenizer, config, scores=reused) if needs_calibration else None
     adapter = get_adapter(model)
     if plan is None:
         plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir)

@@ -174,3 +174,22 @@ def test_a_killed_auto_run_resumes_from_its_rounds_and_ends_with_the_same_plan(t
     assert json.loads((killed / "loss_table.json").read_text())["loss"] == \
         json.loads((tmp_path / "whole" / "loss_table.json").read_text())["loss"]
     assert not list(cache.glob("tables/*/*.json"))
+
+
+def test_a_profile_lends_its_scores_to_the_same_model_and_refuses_other_weights():
+    """Scores reused from a profile skip scoring (obs on a 1.5B model is minutes) and give the same plan;
+    the same shape with other weights is caught by its freshly measured layer signals."""
+    from gapprune.pipeline import calibrate_on, plan_for
+    from tests.conftest import tiny_llama
+    from tests.helpers import tiny_config, tiny_run
+
+    ids = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(3))
+    model = tiny_llama(0)
+    run = tiny_run(model, ids, criterion="obs")
+    profile, config = run.profile, tiny_config(ids, criterion="obs")
+    again = calibrate_on(model, ids, config, scores=profile.scores)
+    assert "importance" not in again.timings and again.scores is profile.scores
+    assert plan_for(config, again, profile)[0].layers == plan_for(config, None, profile, adapter=again.adapter)[0].layers
+    other = calibrate_on(tiny_llama(1), ids, config, scores=profile.scores)
+    with pytest.raises(ValueError, match="other weights"):
+        plan_for(config, other, profile)

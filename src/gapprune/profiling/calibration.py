@@ -56,16 +56,19 @@ def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config
 
 
 def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
-              gram: bool | None = None) -> Calibration:
-    """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores."""
+              gram: bool | None = None, scores: UnitScores | None = None) -> Calibration:
+    """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores.
+
+    `scores`: a saved profile's unit scores, reused instead of scored again (obs on a 1.5B model is
+    minutes); `Profile.check_matches` then checks the weights through freshly measured layer signals."""
     timings: dict[str, float] = {}
     with timed(timings, "calibration_data"):
         ids = calibration_ids(model, tokenizer, config)
-    return calibrate_on(model, ids, config, gram, timings)
+    return calibrate_on(model, ids, config, gram, timings, scores)
 
 
 def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
-                 timings: dict[str, float] | None = None) -> Calibration:
+                 timings: dict[str, float] | None = None, scores: UnitScores | None = None) -> Calibration:
     """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""
     adapter = get_adapter(model)
     timings = dict(timings or {})
@@ -75,9 +78,10 @@ def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram:
         inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
     # Grams one layer at a time, replayed from the cached inputs when read: memory does not grow with depth
     grams = LayerGrams(adapter, inputs) if (wants_gram if gram is None else gram) else None
-    with timed(timings, "importance"):
-        grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
-        scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
+    if scores is None:
+        with timed(timings, "importance"):
+            grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
+            scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
     if grams is not None:  # the last scored layer's Grams (1.3 GB on a 14,336-wide MLP) are not needed while profiling
         grams.release()
     profile_inputs = inputs.first(config.profile_samples)

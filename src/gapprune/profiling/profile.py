@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gapprune.allocate import LayerSignals, LossTable, budget_params
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.importance import UnitScores
@@ -73,6 +75,13 @@ class Profile:
             detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
             raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
                              "or use the same settings as the profile")
+        if calibration.scores is self.scores:  # reused, not measured: check the weights through fresh signals
+            fresh = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, self.scores)
+            for name in ("block_influence", "outlier_ratio"):
+                mine, now = getattr(self.signals, name), getattr(fresh, name)
+                if mine is not None and not np.allclose(mine, now, rtol=1e-3, atol=1e-6):
+                    raise ValueError(f"the profile's {name} differs from this model's: it was measured on other "
+                                     "weights; profile this model again")
         if config.profiler == "exact" and needs_loss_table(config) and self.table.meta.get("profiler") != "exact":
             raise ValueError(f"the profile holds a {self.table.meta.get('profiler')} table, not an exact one; prune "
                              "with profiler auto (it measures what the plan needs) or profile again with profiler exact")
