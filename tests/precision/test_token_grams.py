@@ -13,7 +13,7 @@ from torch import nn
 
 from gapprune.calibrate.gram import GramStats, TokenGram, gram_hook, quadratic
 from gapprune.importance.obs import obs_order, obs_order_tokens
-from gapprune.prune.compensate import affine_error, lsq_affine, reconstruction_error
+from gapprune.prune.compensate import affine_error, lsq_affine, reconstruction_error, refit_error, removal_error
 
 
 def rows_and_weight(seed: int, t: int = 12, n: int = 48, out: int = 5, dtype=torch.float64):
@@ -49,6 +49,11 @@ def test_token_space_errors_equal_the_dense_errors():
     assert reconstruction_error(w, w - d, rows) == pytest.approx(reconstruction_error(w, w - d, dense), rel=1e-5)
     total = x.double().sum(0)
     assert affine_error(d, bias, rows, total, 12) == pytest.approx(affine_error(d, bias, dense, total, 12), rel=1e-5)
+    kept = torch.tensor([0, 3, 4, 10, 11, 30, 47])
+    assert removal_error(w, kept, rows) == pytest.approx(removal_error(w, kept, dense), rel=1e-5)
+    refit = torch.randn(w.shape[0], len(kept))
+    assert refit_error(w, kept, refit, bias, rows, total, 12) == pytest.approx(
+        refit_error(w, kept, refit, bias, dense, total, 12), rel=1e-4)
 
 
 @pytest.mark.parametrize(("tokens", "expect_rows"), [(4, True), (64, False)])

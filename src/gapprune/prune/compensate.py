@@ -99,6 +99,29 @@ def affine_error(diff: torch.Tensor, bias: torch.Tensor, gram: Gram, total: torc
     return float(quadratic(diff, gram) - 2 * (b @ (diff.double() @ total.double())) + n * (b @ b))
 
 
+def removal_error(dense: torch.Tensor, kept: torch.Tensor, gram: Gram) -> float:
+    """Σ over tokens of ||Δy||² when the columns not in `kept` are dropped without a refit. From rows,
+    D Xᵀ is the dense weight times X with the kept columns zeroed: no weight-sized temporaries."""
+    if isinstance(gram, TokenGram):
+        masked = gram.rows.clone()
+        masked[:, kept] = 0
+        return float((dense.float() @ masked.T).square().sum(dtype=torch.float64))
+    plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
+    return reconstruction_error(dense, plain, gram)
+
+
+def refit_error(dense: torch.Tensor, kept: torch.Tensor, weight: torch.Tensor, shift: torch.Tensor, gram: Gram,
+                total: torch.Tensor, n: int) -> float:
+    """Σ over tokens of ||dense x − weight x_K − shift||². From rows it is the (out, t) residual
+    dense Xᵀ − weight X_Kᵀ − shift, without the padded weight-sized difference."""
+    if isinstance(gram, TokenGram):
+        rows = gram.rows
+        residual = dense.float() @ rows.T - weight.float() @ rows[:, kept].T - shift.float().unsqueeze(1)
+        return float(residual.square().sum(dtype=torch.float64))
+    padded = torch.zeros_like(dense).index_copy_(1, kept, weight)
+    return affine_error(dense - padded, shift, gram, total, n)
+
+
 @dataclass
 class Refit:
     """A compensated output projection: the kept columns, the bias to add, and the held-out errors
@@ -120,12 +143,10 @@ def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int
     stats.ensure(key[0])
     dense = dense.detach().cpu()  # the Grams live on the CPU; solves run there in float32, results cast back
     kept = torch.tensor(cols, dtype=torch.long)
-    plain = torch.zeros_like(dense).index_copy_(1, kept, dense[:, kept])
-    before = reconstruction_error(dense, plain, stats.held_out[key])
+    before = removal_error(dense, kept, stats.held_out[key])
     if method == "lsq":
         weight, shift = lsq_affine(dense, stats, key, kept, ridge)
-        padded = torch.zeros_like(dense).index_copy_(1, kept, weight)
-        after = affine_error(dense - padded, shift, stats.held_out[key], stats.sums[key][1], stats.counts[key][1])
+        after = refit_error(dense, kept, weight, shift, stats.held_out[key], stats.sums[key][1], stats.counts[key][1])
         return Refit(weight, shift, before, after)
     if method == "bias":  # the removed channels' mean contribution, fitted on one half, checked on the other
         removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)), dtype=torch.long)
