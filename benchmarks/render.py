@@ -125,6 +125,13 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                           f"{100 * r['target_ratio']:.0f}%" + (" (same plan)" if r["same_plan"] else "")
                           for r in checks) + ".", ""]
         for r in notes:
+            if r["kind"] == "prune_run":
+                phases = ", ".join(f"{name} {sec / 60:.1f} min" for name, sec in r["phases"].items() if sec >= 30)
+                lines += [f"Default CLI prune at {100 * r['ratio']:.0f}% of the {r['ratio_of']} ({r['date']}, {r['machine']}): "
+                          f"{r['wall_s'] / 60:.1f} min ({phases}), peak RSS {r['peak_rss_mb']:,.0f} MB for "
+                          f"{r['weights_mb']:,.0f} MB of {r['dtype']} weights. Code: {r.get('code', 'as committed that day')}. "
+                          f"Command: `{r['command']}`.", ""]
+        for r in notes:
             if r["kind"] == "reload":
                 lines += [f"Reload of the saved GAP {100 * r['target_ratio']:.0f}% (of the {r.get('ratio_of', 'model')}) "
                           f"`lsq` folder against the in-memory model: {reload_text(r)}.", ""]
