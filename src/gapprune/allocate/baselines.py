@@ -30,7 +30,11 @@ def _standardised(values: np.ndarray) -> np.ndarray:
 
 @ALLOCATORS.register("global")
 def global_allocator(table: LossTable, signals: LayerSignals | None, budget_params: int) -> Allocation:
-    """FLAP: scores standardised within each component, one global threshold for all units."""
+    """FLAP: scores standardised within each component, one global threshold for all units.
+
+    Needs scores comparable across layers (activation, fluctuation, magnitude). The `obs` criterion's
+    scores are each layer's removal order, the same ranks 0..n−1 in every layer, so the threshold
+    takes the same fraction everywhere: with obs, `global` is `uniform` by construction."""
     scores = (signals or LayerSignals()).require("unit_scores", "global")
     z = {c: [_standardised(scores[c][l]) for l in range(table.n_layers)] for c in COMPONENTS}
 
