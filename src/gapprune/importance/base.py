@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from gapprune.calibrate.stats import CalibrationStats
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.phases import layer_progress
 from gapprune.registry import Registry
 from gapprune.values import JsonValue
 
@@ -84,8 +84,8 @@ def score_units(context: ScoringContext, criterion: str) -> UnitScores:
     fn = CRITERIA.get(criterion)
     adapter = context.adapter
     # obs on a billion-parameter model takes minutes (an OBS pass per 8,960-wide MLP): show the layers go by
-    layers = tqdm(range(adapter.n_layers), desc=f"importance ({criterion})", unit="layer",
-                  disable=adapter.n_layers * max(adapter.layer_shape(0).intermediate, 1) < 50_000)
+    layers = layer_progress(range(adapter.n_layers), adapter.n_layers, adapter.layer_shape(0).intermediate,
+                            f"importance ({criterion})")
     scores = [{c: fn(context, layer, c).double().cpu() for c in COMPONENTS} for layer in layers]
     for layer, per in enumerate(scores):
         shape = adapter.layer_shape(layer)

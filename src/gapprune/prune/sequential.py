@@ -18,6 +18,7 @@ import torch
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.calibrate.gram import GramStats, gram_hook
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.phases import layer_progress
 from gapprune.prune.compensate import (
     COMPENSATIONS,
     add_summary,
@@ -50,7 +51,9 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
         return [run_layer(block, h.to(device, dtype), move_kwargs(inputs.kwargs[layer][b], device)).cpu()
                 for b, h in enumerate(hidden)]
 
-    for lp in plan.layers:
+    # minutes on a billion-parameter model: show the layers go by (tiny models finish at once)
+    layers = layer_progress(plan.layers, adapter.n_layers, adapter.layer_shape(0).intermediate, f"sequential {method}")
+    for lp in layers:
         for c in COMPONENTS:
             out = adapter.out_proj(lp.layer, c)
             kept = lp.component(c).kept
