@@ -30,7 +30,7 @@ from gapprune.models.adapter import COMPONENTS, ModelAdapter
 class TokenGram:
     """XᵀX held as the rows X (t, n), float32: what a half of the calibration tokens gives when t ≪ n.
 
-    Readers ask for what they need (`quadratic`, `times`, `rows`) rather than the n × n matrix."""
+    Readers work from `rows` (`quadratic`, the token-space solves) rather than the n × n matrix."""
 
     def __init__(self, n: int, parts: list[torch.Tensor] | None = None) -> None:
         self.n, self.parts = n, parts or []
@@ -40,10 +40,6 @@ class TokenGram:
         if len(self.parts) != 1:
             self.parts = [torch.cat(self.parts) if self.parts else torch.zeros(0, self.n)]
         return self.parts[0]
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n, self.n)
 
     def add_(self, x: torch.Tensor) -> None:
         self.parts.append(x.detach().float().clone())
@@ -133,8 +129,7 @@ class LayerGrams(GramStats):
         self.release()
         block = self.adapter.layers[layer]  # a streamed model loads the layer here
         param = next(block.parameters())
-        tokens = max(sum(int(h.shape[0] * h.shape[1]) for h in self.inputs.hidden[layer][half::2]) for half in (0, 1))
-        handles = [gram_hook(out, (layer, c), self, tokens) for c in COMPONENTS
+        handles = [gram_hook(out, (layer, c), self, tokens_per_half(self.inputs.hidden[layer])) for c in COMPONENTS
                    if (out := self.adapter.out_proj(layer, c)) is not None]
         try:
             with torch.inference_mode():
@@ -156,6 +151,11 @@ class LayerGrams(GramStats):
 
     def swapped(self) -> GramStats:
         return LayerGrams(self.adapter, self.inputs, source=self)
+
+
+def tokens_per_half(batches: list[torch.Tensor]) -> int:
+    """The tokens of the larger half of `batches` (B, T, h): even ones fit, odd ones hold out."""
+    return max(sum(int(h.shape[0] * h.shape[1]) for h in batches[half::2]) for half in (0, 1))
 
 
 def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats,

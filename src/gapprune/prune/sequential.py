@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
-from gapprune.calibrate.gram import GramStats, gram_hook
+from gapprune.calibrate.gram import GramStats, gram_hook, tokens_per_half
 from gapprune.models.adapter import COMPONENTS, ModelAdapter
 from gapprune.phases import layer_progress
 from gapprune.prune.compensate import (
@@ -43,7 +43,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
     first = next(adapter.model.parameters())
     device, dtype = first.device, first.dtype  # the cache is float32; the layers take the weights' dtype
     hidden = list(inputs.hidden[0])
-    tokens_per_half = max(sum(int(h.shape[0] * h.shape[1]) for h in hidden[half::2]) for half in (0, 1))
+    tokens = tokens_per_half(hidden)
     summary = {**new_summary(method), "sequential": True}
 
     def run(layer: int) -> list[torch.Tensor]:
@@ -60,7 +60,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
             if out is None or len(unit_columns(adapter, c, kept)) == out.in_features:  # nothing to fit
                 continue
             stats = GramStats()
-            handle = gram_hook(out, (lp.layer, c), stats, tokens_per_half)
+            handle = gram_hook(out, (lp.layer, c), stats, tokens)
             try:
                 run(lp.layer)
             finally:
