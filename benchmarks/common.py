@@ -50,21 +50,28 @@ def machine(device: str = "cpu") -> str:
 class ResultLog:
     """A list of flat records in a JSON file, rewritten after each record so a killed run keeps its results.
 
-    Every record gets the date, machine and command. `resume`: keep the records already in the file
-    (`done` finds them), else start it afresh.
+    Each write re-reads the file first, so runs writing one file side by side (or edits made while a
+    long run is going) do not lose each other's records.
+
+    Every record gets the date, machine and command; `done` finds the records already in the file.
     """
 
-    def __init__(self, path: str | Path, device: str = "cpu", resume: bool = True) -> None:
+    def __init__(self, path: str | Path, device: str = "cpu") -> None:
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if resume and self.path.exists() else []
+        self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
         self.meta = {"date": str(date.today()), "machine": machine(device), "command": "python " + " ".join(sys.argv)}
 
     def emit(self, record: dict[str, Any]) -> None:
+        """Append to the file as it is now: records another run wrote since this one started stay."""
         record = {**record, **self.meta}
         print(json.dumps(record), flush=True)
+        if self.path.exists():
+            self.records = json.loads(self.path.read_text())
         self.records.append(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.records, indent=1) + "\n")
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.records, indent=1) + "\n")
+        partial.replace(self.path)
 
     def done(self, **labels: Any) -> bool:
         """Whether a record with these fields is in the file."""

@@ -12,7 +12,6 @@ PTB test, and (with --zeroshot) the 7 tasks at 500 examples each.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -21,15 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DATASETS, TASKS, ResultLog, Window, parser, perplexity  # noqa: E402
-
-
-class AppendLog(ResultLog):
-    """ResultLog that re-reads the file before each record: parallel runs append, none overwrites."""
-
-    def emit(self, record: dict) -> None:  # type: ignore[type-arg]
-        self.records = json.loads(self.path.read_text()) if self.path.exists() else []
-        super().emit(record)
+from common import DATASETS, TASKS, ResultLog, Window, parser, perplexity
 
 # What each method trains; every method sees the same text (Alpaca) unless --data says otherwise.
 METHODS = {
@@ -83,7 +74,7 @@ def main() -> None:
     from gapprune.api import load
     from gapprune.export.save import save
 
-    log = AppendLog(args.out)
+    log = ResultLog(args.out)
     model, tokenizer = load(args.pruned)
     start = time.perf_counter()
     model, record = tune(args.method, model, tokenizer, args)

@@ -1,0 +1,23 @@
+"""Result files shared by benchmark runs: a long run must not erase what another wrote meanwhile."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from common import ResultLog
+
+
+def test_two_logs_on_one_file_keep_each_others_records(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    long_run, short_run = ResultLog(path), ResultLog(path)  # both read the (absent) file at start
+    long_run.emit({"run": "long", "step": 1})
+    short_run.emit({"run": "short"})
+    long_run.emit({"run": "long", "step": 2})
+    records = json.loads(path.read_text())
+    assert [r["run"] for r in records] == ["long", "short", "long"]
+    assert all({"date", "machine", "command"} <= r.keys() for r in records)
+    assert ResultLog(path).done(run="short") and not ResultLog(path).done(run="other")
+    assert not list(tmp_path.glob("*.partial"))
