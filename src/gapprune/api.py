@@ -87,22 +87,25 @@ def prune(
     profile: Profile | None = None,
     plan: Plan | None = None,
     checkpoint_dir: Path | None = None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[Plan, Profile | None]:
     """Prune `model` in place by `config`; returns the plan and the (reusable) dense profile.
 
     `profile`: a profile of this model measured before (it must match the model and settings);
     `plan`: apply this plan as it is (no profiling; calibration still runs when compensating).
+    `timings` receives this run's phase times (a reused profile keeps its own in `profile.timings`).
     """
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     needs_calibration = plan is None or config.compensate != "none"
     reused = profile.scores if profile is not None else None  # checked against this model in plan_for
     calibration = calibrate(model, tokenizer, config, scores=reused) if needs_calibration else None
     adapter = get_adapter(model)
+    timings = timings if timings is not None else {}
     if plan is None:
-        plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir)
-        timings = profile.timings
+        plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir,
+                                 timings=timings)
     else:
-        timings = dict(calibration.timings) if calibration is not None else {}
+        timings.update(calibration.timings if calibration is not None else {})
         plan = Plan(plan.layers, {**plan.config, "compensate": config.compensate, "ridge": config.ridge},
                     dict(plan.summary))
     if not is_main():  # under torchrun only rank 0 changes the model (and writes it)
@@ -175,7 +178,8 @@ def write_pruned_folder(
                     plot_loss_table(profile.table, folder / "loss_table.png")
             except ImportError as err:
                 log.warning("%s; skipping plots", err)
-        write_report(folder / "report.md", plan, profile.timings if profile else {}, evaluation)
+        phases = run["phases"] if run else (profile.timings if profile is not None else {})
+        write_report(folder / "report.md", plan, phases, evaluation)
 
     return save(model, tokenizer, out, extras=extras, overwrite=overwrite)
 

@@ -39,14 +39,18 @@ __all__ = ["Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "c
 
 def plan_for(config: PruneConfig, calibration: Calibration | None = None, profile: Profile | None = None, *,
              adapter: ModelAdapter | None = None, checkpoint_dir: Path | None = None,
-             allocate_with: Callable[[Profile], Allocation] | None = None, **overrides: Any) -> tuple[Plan, Profile]:
+             allocate_with: Callable[[Profile], Allocation] | None = None, timings: dict[str, float] | None = None,
+             **overrides: Any) -> tuple[Plan, Profile]:
     """The plan for `config` (with `overrides`, e.g. `ratio=0.5, allocator="owl"`) and the profile it used.
 
     Without a profile, one is measured from `calibration`. A given profile is checked against the
     calibration, and with the `auto` profiler its table is completed for this ratio (the profile
     keeps the grown table, so the next ratio measures less). Without a calibration the profile's
     numbers alone decide (an exact or already completed table), and `adapter` names the model.
+    `timings` receives this call's phases (with the calibration's); `profile.timings` stays what
+    measuring the profile has cost in all, across the runs that grew it.
     """
+    run_timings = timings if timings is not None else {}
     config = replace(config, **overrides) if overrides else config
     adapter = adapter or (calibration.adapter if calibration is not None else None)
     if adapter is None:
@@ -55,15 +59,19 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
         if calibration is None:
             raise ValueError("plan_for needs a calibration to measure a profile, or a profile")
         profile = profile_model(calibration, config, checkpoint_dir)
+        run_timings.update(profile.timings)
     elif calibration is not None:
+        run_timings.update(calibration.timings)
         profile.check_matches(calibration, config)
         profile.decoder_params = profile.decoder_params or adapter.decoder_params()  # older profiles lack it
-        profile.timings = {**calibration.timings, **profile.timings}
         if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
-            with timed(profile.timings, "profiling"):
+            growth: dict[str, float] = {}
+            with timed(growth, "profiling"):
                 profile.table = complete_table(calibration, profile.table, config, profile.total_params,
                                                checkpoint_dir)
-    with timed(profile.timings, "allocation"):
+            for phases in (run_timings, profile.timings):
+                phases["profiling"] = round(phases.get("profiling", 0.0) + growth["profiling"], 3)
+    with timed(run_timings, "allocation"):
         if allocate_with is not None:  # another budget than the ratio's, e.g. `budgets.budget.runtime_allocator`
             if config.refine:
                 raise ValueError("refine re-solves under the parameter budget; it does not apply to a runtime budget")

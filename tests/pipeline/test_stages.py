@@ -81,6 +81,8 @@ def test_a_profile_folder_serves_other_ratios_and_allocators(tiny_model_folder, 
     reused = tmp_path / "reused"
     assert main(prune_args(folder, text, reused, "--ratio", "0.4", "--profile", str(tmp_path / "profile"))) == 0
     assert (direct / "plan.json").read_bytes() == (reused / "plan.json").read_bytes()
+    phases = {d.name: json.loads((d / "run.json").read_text())["phases"] for d in (direct, reused)}
+    assert "importance" in phases["direct"] and "importance" not in phases["reused"]  # this run's work only
     assert main(prune_args(folder, text, tmp_path / "owl", "--allocator", "owl", "--profile", str(direct))) == 0
 
 

@@ -85,15 +85,16 @@ class PruneCommand:
         hook = None
         if budget is not None:  # the runtime's costs in the same DP; the plan is then applied as given
             plan_in, profile_in, hook = budget_plan(model, tokenizer, config, args, budget, profile_in)
-        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in)
+        phases: dict[str, float] = {}
+        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in, timings=phases)
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0
         evaluation += [
             {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
         ]
-        phases = dict(profile.timings) if profile is not None and plan_in is None else {}
         run = run_record(time.perf_counter() - start, phases, config.calib_samples * config.seq_len,
-                         device=config.device, command=["gapprune", *sys.argv[1:]], dtype=config.dtype)
+                         device=config.device, command=["gapprune", *sys.argv[1:]],
+                         dtype=str(next(model.parameters()).dtype).removeprefix("torch."))  # resolved, not "auto"
         out = write_pruned_folder(args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots,
                                   overwrite=args.overwrite, run=run)
         s = plan.summary
