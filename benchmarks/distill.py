@@ -69,6 +69,8 @@ def main() -> None:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--zeroshot", action="store_true")
+    p.add_argument("--windows", type=int, default=256, help="perplexity on the first N windows of 128 tokens")
+    p.add_argument("--start-point", action="store_true", help="first record the pruned folder's own perplexity")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     from gapprune.api import load
@@ -76,15 +78,26 @@ def main() -> None:
 
     log = ResultLog(args.out)
     model, tokenizer = load(args.pruned)
+    from gapprune.tune.teacher import resolve_teacher
+
+    source = args.teacher or resolve_teacher(model.config)  # the dense model the folder was pruned from
+    windows = [Window(dataset, windows=args.windows) for dataset in DATASETS]
+    if args.start_point:
+        for window in windows:
+            ppl = perplexity(model, tokenizer, window, args.data_dir)
+            log.emit({"kind": "methods", "dataset": window.dataset, "seq_len": 128, "windows": ppl["windows"],
+                      "ppl": round(ppl["ppl"], 3), "model": source, "method": "none (starting point of the distillation runs)",
+                      "ratio": args.ratio, "train_data": None, "pruned": args.pruned, "steps": 0, "tokens": 0,
+                      "wall_s": 0.0})
     start = time.perf_counter()
     model, record = tune(args.method, model, tokenizer, args)
     save(model, tokenizer, Path(args.run_dir) / "model", overwrite=True)
-    label = {"method": f"{args.method}:{args.data}", "ratio": args.ratio}
+    label = {"model": source, "method": f"{args.method}:{args.data}", "ratio": args.ratio}
     base = {**label, "train_data": args.data, "minutes": args.minutes, "pruned": args.pruned, **record,
             "tune_wall_s": round(time.perf_counter() - start, 1)}
-    for dataset in DATASETS:
-        ppl = perplexity(model, tokenizer, Window(dataset), args.data_dir)
-        log.emit({"kind": "methods", "dataset": dataset, "seq_len": 128, "windows": ppl["windows"],
+    for window in windows:
+        ppl = perplexity(model, tokenizer, window, args.data_dir)
+        log.emit({"kind": "methods", "dataset": window.dataset, "seq_len": 128, "windows": ppl["windows"],
                   "ppl": round(ppl["ppl"], 3), **base})
     if args.zeroshot:
         from gapprune.evaluate.zeroshot import zero_shot

@@ -221,7 +221,8 @@ def tuning_method(record: dict) -> str | None:
 
 def distill_section(records: list[dict]) -> list[str]:
     """Recovery by tuning time: LoRA vs distillation per ratio and training time, and zero-shot after it."""
-    ppl = [r for r in records if r.get("kind") == "methods" and tuning_method(r)]
+    tuned = [r for r in records if r.get("kind") == "methods" and tuning_method(r)]
+    ppl = [r for r in tuned if r.get("model", "smollm2-135m") == "smollm2-135m"]
     if not ppl:
         return []
     lines = ["## Recovery by tuning: LoRA vs distillation (SmolLM2-135M; `benchmarks/distill.py`)", "",
@@ -251,7 +252,30 @@ def distill_section(records: list[dict]) -> list[str]:
         lines += ["", f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
                   "the dense score:", ""]
         lines += zeroshot_rows(shots, "dense")
+    lines += other_model_tuning(tuned)
     return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
+
+
+def other_model_tuning(tuned: list[dict]) -> list[str]:
+    """The recovery runs of models other than SmolLM2: one row per model, ratio, method and minutes."""
+    cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in tuned:
+        if r.get("model", "smollm2-135m") != "smollm2-135m":
+            cells[(r["model"], r["ratio"], r.get("minutes", 0), tuning_method(r), r.get("train_data"))][r["dataset"]] = r
+    if not cells:
+        return []
+    lines = ["", "Other models (pruned with `gapprune prune MODEL --ratio R --ratio-of decoder`, defaults; records in "
+             "`docs/results/recovery.json` with their commands):", "",
+             "| model | decoder ratio | method | text | minutes | steps | windows | CPU | WikiText-2 | PTB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(cells, key=lambda k: (k[0], k[1], k[2])):
+        c = cells[key]
+        r = next(iter(c.values()))
+        lines.append(f"| {key[0]} | {key[1]:.0%} | {TUNING[key[3]]} | {key[4] or '-'} | {key[2]:g} | "
+                     f"{r.get('steps', 0)} | {r['windows']} | {r.get('load', r['machine'])} | "
+                     f"{c['wikitext2']['ppl'] if 'wikitext2' in c else float('nan'):.2f} | "
+                     f"{c['ptb']['ppl'] if 'ptb' in c else float('nan'):.2f} |")
+    return lines
 
 
 def dense_section(records: list[dict]) -> list[str]:
