@@ -22,11 +22,11 @@ class TinyRun:
     config: PruneConfig
 
     @property
-    def adapter(self):  # noqa: ANN201
+    def adapter(self):
         return self.calibration.adapter
 
     @property
-    def table(self):  # noqa: ANN201
+    def table(self):
         return self.profile.table
 
     def plan(self, ratio: float, allocator: str, ratio_of: str = "model", profile: Profile | None = None) -> Plan:

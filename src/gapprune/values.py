@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from typing_extensions import Self
+
 T = TypeVar("T", bound="JsonValue")
 
 
@@ -19,14 +21,14 @@ class JsonValue:
         raise NotImplementedError
 
     @classmethod
-    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         raise NotImplementedError
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=self.json_indent) + "\n")
 
     @classmethod
-    def load(cls: type[T], path: str | Path) -> T:
+    def load(cls, path: str | Path) -> Self:
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, KeyError, TypeError, ValueError) as err:

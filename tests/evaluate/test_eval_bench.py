@@ -7,7 +7,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from gapprune.evaluate.speed import measure_speed
-from gapprune.evaluate.zeroshot import LOGITS_BUDGET_BYTES, TASKS, TYPICAL_TOKENS, default_batch_size, zero_shot
+from gapprune.evaluate.zeroshot import (
+    LOGITS_BUDGET_BYTES,
+    TASKS,
+    TYPICAL_TOKENS,
+    default_batch_size,
+    zero_shot,
+)
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate.gram import GramStats, gram_hooks
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
-from gapprune.calibrate.gram import GramStats, gram_hooks
 
 
 def _context(model, ids, criterion):

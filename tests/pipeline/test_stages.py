@@ -133,7 +133,7 @@ def test_a_killed_profile_resumes_and_ends_with_the_same_plan(tiny_model_folder,
     killed = tmp_path / "killed"
     env = {**os.environ, "KILL_AFTER": "2", "GAPPRUNE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
     run = subprocess.run([sys.executable, "-c", KILL_AFTER_LAYERS, *prune_args(folder, text, killed, *EXACT)], env=env,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert run.returncode == -9, run.stderr[-2000:]
     assert not killed.exists()  # no half-written output folder
     rows = list(cache.glob("tables/*/layer_*.json"))
@@ -166,7 +166,7 @@ def test_a_killed_auto_run_resumes_from_its_rounds_and_ends_with_the_same_plan(t
     killed = tmp_path / "killed"
     env = {**os.environ, "GAPPRUNE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
     run = subprocess.run([sys.executable, "-c", KILL_AFTER_ROUNDS, *prune_args(folder, text, killed)], env=env,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert run.returncode == -9, run.stderr[-2000:]
     assert not killed.exists()
     assert len(list(cache.glob("tables/*/screen.json"))) == 1 and len(list(cache.glob("tables/*/round_*.json"))) == 1

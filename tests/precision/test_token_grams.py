@@ -13,7 +13,13 @@ from torch import nn
 
 from gapprune.calibrate.gram import GramStats, TokenGram, gram_hook, quadratic
 from gapprune.importance.obs import obs_order, obs_order_tokens
-from gapprune.prune.compensate import affine_error, lsq_affine, reconstruction_error, refit_error, removal_error
+from gapprune.prune.compensate import (
+    affine_error,
+    lsq_affine,
+    reconstruction_error,
+    refit_error,
+    removal_error,
+)
 
 
 def rows_and_weight(seed: int, t: int = 12, n: int = 48, out: int = 5, dtype=torch.float64):

@@ -92,4 +92,4 @@ def test_refine_never_returns_a_worse_plan_by_true_loss(run, profile):
     assert history[0]["true_loss"] == pytest.approx(true_loss(run.adapter, inputs, profile.scores, profile.table,
                                                               plain.choice))
     assert true_loss(run.adapter, inputs, profile.scores, profile.table, refined.choice) <= history[0]["true_loss"] + 1e-9
-    assert refined.removed_params(profile.table) >= int(round(0.4 * profile.total_params))
+    assert refined.removed_params(profile.table) >= round(0.4 * profile.total_params)

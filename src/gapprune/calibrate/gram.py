@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.components import COMPONENTS
 from gapprune.config import TOKEN_ROWS_FACTOR
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 
 
 class TokenGram:

@@ -109,7 +109,7 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
         looked.append(f"no data folder (set data_dir or ${DATA_ENV})")
     try:
         return _load_from_hub(spec, split)
-    except Exception as err:  # offline, datasets missing, hub error: report all places
+    except Exception as err:  # noqa: BLE001 - offline, datasets missing, hub error: report all places
         looked.append(f"Hugging Face hub {spec.hub[0]}/{spec.hub[1]} ({type(err).__name__}: {err})")
     raise FileNotFoundError(
         f"data set {name_or_path!r} split {split!r} not found; looked at: " + "; ".join(looked)

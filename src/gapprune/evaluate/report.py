@@ -14,10 +14,10 @@ def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[s
         "# gapprune report",
         "",
         f"- allocator `{s.get('allocator')}`, criterion `{plan.config.get('criterion')}`, metric `{plan.config.get('metric')}`",
-        f"- parameters: {s['params_before']:,} → {s['params_after']:,} "
-        f"(removed {s['params_removed']:,} = {100 * s['achieved_ratio']:.2f}% of the model, "
-        f"{100 * s['decoder_ratio']:.2f}% of the decoder layers; "
-        f"target {100 * plan.config.get('ratio', 0):.2f}% of the {plan.config.get('ratio_of', 'model')})",
+        (f"- parameters: {s['params_before']:,} → {s['params_after']:,} "
+         f"(removed {s['params_removed']:,} = {100 * s['achieved_ratio']:.2f}% of the model, "
+         f"{100 * s['decoder_ratio']:.2f}% of the decoder layers; "
+         f"target {100 * plan.config.get('ratio', 0):.2f}% of the {plan.config.get('ratio_of', 'model')})"),
         f"- predicted summed ΔL: {s.get('predicted_loss', float('nan')):.4f}",
         "",
     ]

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from gapprune.calibrate.stats import CalibrationStats
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.components import COMPONENTS
+from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
 from gapprune.registry import Registry
 from gapprune.values import JsonValue

@@ -6,7 +6,8 @@ import torch
 from tqdm.auto import tqdm
 
 from gapprune.calibrate.capture import batches
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.components import COMPONENTS
+from gapprune.models.adapter import ModelAdapter
 
 
 def accumulate_gradients(

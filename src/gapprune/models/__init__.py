@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from gapprune.components import COMPONENTS  # the adapters' vocabulary
 from gapprune.models import gemma3 as _gemma3  # noqa: F401  (registers Gemma 3)
 from gapprune.models import llama as _llama  # noqa: F401  (registers the Llama family)
-from gapprune.models.adapter import ADAPTERS, COMPONENTS, LayerShape, ModelAdapter
+from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter
 
 
 def get_adapter(model: nn.Module) -> ModelAdapter:

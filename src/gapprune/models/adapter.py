@@ -16,8 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from gapprune.components import COMPONENTS  # re-exported: the adapters' vocabulary
-
 
 @dataclass(frozen=True)
 class LayerShape:

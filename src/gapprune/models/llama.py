@@ -112,7 +112,7 @@ class LlamaFamilyAdapter(ModelAdapter):
             return
         shape = self.layer_shape(layer)
         n_rep = shape.n_heads // shape.n_kv_heads
-        heads = sorted(set(int(h) for h in kept_heads))
+        heads = sorted({int(h) for h in kept_heads})
         if heads[0] < 0 or heads[-1] >= shape.n_heads:
             raise ValueError(f"layer {layer}: head ids must lie in [0, {shape.n_heads}), got {heads}")
         groups = sorted({h // n_rep for h in heads})
@@ -147,7 +147,7 @@ class LlamaFamilyAdapter(ModelAdapter):
             block.mlp = RemovedMLP()
             block.post_attention_layernorm = nn.Identity()
             return
-        channels = sorted(set(int(c) for c in kept_channels))
+        channels = sorted({int(c) for c in kept_channels})
         inter = mlp.down_proj.in_features
         if channels[0] < 0 or channels[-1] >= inter:
             raise ValueError(f"layer {layer}: channel ids must lie in [0, {inter})")

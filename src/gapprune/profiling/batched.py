@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tokens, option_grid
 from gapprune.profiling.metrics import METRICS

@@ -27,8 +27,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from gapprune.calibrate.capture import batches
+from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 from gapprune.profiling.loss_table import LossTable, option_grid
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import kept_units

@@ -28,8 +28,9 @@ import torch
 from tqdm.auto import tqdm
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 from gapprune.profiling.batched import (
     Measured,
     option_masks,

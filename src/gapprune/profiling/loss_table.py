@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 import torch
@@ -19,8 +20,9 @@ from tqdm.auto import tqdm
 
 from gapprune.allocate.table import LossTable
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.options import attention_options, mlp_options
@@ -82,7 +84,7 @@ class UnitMasks:
             self.set_(layer, component, None)
         self._saved.clear()
 
-    def __enter__(self) -> UnitMasks:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from gapprune.calibrate.gram import Gram, GramStats, TokenGram, quadratic
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.components import COMPONENTS
+from gapprune.models.adapter import ModelAdapter
 from gapprune.prune.plan import Plan, apply_plan_, check_layers
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import torch
 
 def default_channel_step(intermediate: int, steps: int = 32) -> int:
     """intermediate / steps rounded to a multiple of 8 (at least 8, at most intermediate)."""
-    return max(8, min(intermediate, int(round(intermediate / steps / 8)) * 8))
+    return max(8, min(intermediate, round(intermediate / steps / 8) * 8))
 
 
 def attention_options(n_kv_heads: int, n_rep: int) -> list[tuple[int, int]]:

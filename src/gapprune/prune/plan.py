@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.models.adapter import ModelAdapter
 from gapprune.prune.options import select_channels, select_heads
 
 

@@ -17,7 +17,8 @@ import torch
 
 from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.calibrate.gram import GramStats, gram_hook, tokens_per_half
-from gapprune.models.adapter import COMPONENTS, ModelAdapter
+from gapprune.components import COMPONENTS
+from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
 from gapprune.prune.compensate import (
     COMPENSATIONS,

@@ -38,7 +38,7 @@ def load_alpaca_records(name_or_path: str, data_directory: str | Path | None = N
                 import datasets
 
                 return list(datasets.load_dataset(HUB_ALPACA, split="train"))
-            except Exception as err:  # offline or missing datasets
+            except Exception as err:  # noqa: BLE001 - offline or missing datasets
                 looked.append(f"hub {HUB_ALPACA} ({type(err).__name__})")
                 raise FileNotFoundError("Alpaca data not found; looked at: " + "; ".join(looked)) from None
     if not path.is_file():
