@@ -1,8 +1,9 @@
-"""Named phase timings that every stage adds to, so a run can report where its time went."""
+"""Named phase timings that every stage adds to, so a run can report where its time and memory went."""
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -13,13 +14,26 @@ from tqdm.auto import tqdm
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The process's peak RSS (MB) when each phase last ended. The peak only grows, so the first phase
+# after which it reaches its final value is the one that set it. Process-wide, like the peak itself.
+PEAK_RSS_AFTER: dict[str, float] = {}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
 
 @contextmanager
 def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
-    log.info("%s took %.1f s", phase, timings[phase])
+    PEAK_RSS_AFTER[phase] = peak_rss_mb()
+    log.info("%s took %.1f s (peak RSS so far %.0f MB)", phase, timings[phase], PEAK_RSS_AFTER[phase])
 
 
 def layer_progress(items: Iterable[T], n_layers: int, width: int, desc: str) -> Iterable[T]:

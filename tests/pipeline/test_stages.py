@@ -62,7 +62,9 @@ def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, c
     assert main(prune_args(folder, text, tmp_path / "first")) == 0
     plan = tmp_path / "first" / "plan.json"
     run = json.loads((tmp_path / "first" / "run.json").read_text())  # what the run took, and where
-    assert run["wall_s"] > 0 and {"capture", "profiling", "allocation"} <= set(run["phases"])
+    assert run["wall_s"] > 0 and {"load", "capture", "profiling", "allocation"} <= set(run["phases"])
+    peaks = run["peak_rss_mb_after"]  # which phase set the peak: the running peak after each
+    assert set(peaks) == set(run["phases"]) and max(peaks.values()) <= run["peak_rss_mb"]
     assert run["machine"]["cores"] >= 1 and run["throughput"]["dense_forward_tokens_per_s"] > 0
     without_ratio = [a for a in prune_args(folder, text, tmp_path / "again", "--plan", str(plan)) if a not in ("--ratio", "0.3")]
     assert main(without_ratio) == 0  # the plan carries its ratio

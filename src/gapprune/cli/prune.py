@@ -12,6 +12,7 @@ from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_plan
 from gapprune.cli.export import print_gguf, record_gguf_source
 from gapprune.cli.flags import add_config_flags, config_from
 from gapprune.config import PruneConfig, config_fields
+from gapprune.phases import timed
 
 
 class PruneCommand:
@@ -73,25 +74,28 @@ class PruneCommand:
             from gapprune.export.gguf import check_export_args
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
-        model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
+        phases: dict[str, float] = {}
+        with timed(phases, "load"):
+            model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
         require_tokenizer(tokenizer, args.model)
         check_supported(config, streamed=is_streamed(model), plan_given=plan_in is not None)
         record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d] if is_main() else []
         kwargs = {"seq_len": args.eval_seq_len, "max_windows": args.eval_windows, "data_dir": config.data_dir}
-        evaluation = [
-            {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
-        ]
+        with timed(phases, "dense_evaluation"):
+            evaluation = [
+                {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+            ]
         hook = None
         if budget is not None:  # the runtime's costs in the same DP; the plan is then applied as given
             plan_in, profile_in, hook = budget_plan(model, tokenizer, config, args, budget, profile_in)
-        phases: dict[str, float] = {}
         plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in, timings=phases)
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0
-        evaluation += [
-            {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
-        ]
+        with timed(phases, "pruned_evaluation"):
+            evaluation += [
+                {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
+            ]
         run = run_record(time.perf_counter() - start, phases, config.calib_samples * config.seq_len,
                          device=config.device, command=["gapprune", *sys.argv[1:]],
                          dtype=str(next(model.parameters()).dtype).removeprefix("torch."))  # resolved, not "auto"

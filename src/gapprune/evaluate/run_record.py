@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from gapprune.phases import PEAK_RSS_AFTER, peak_rss_mb
 
 
 def processor_name() -> str:
@@ -40,14 +41,6 @@ def machine_record(device: str = "cpu") -> dict[str, Any]:
     return record
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
-
-
 def run_record(wall_s: float, phases: dict[str, float], calibration_tokens: int, *, device: str = "cpu",
                command: list[str] | None = None, dtype: str = "") -> dict[str, Any]:
     """The record of one prune run: wall time, phases, machine, peak memory, and a throughput figure."""
@@ -58,6 +51,7 @@ def run_record(wall_s: float, phases: dict[str, float], calibration_tokens: int,
         "wall_s": round(wall_s, 1),
         "phases": phases,
         "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb_after": {phase: PEAK_RSS_AFTER[phase] for phase in phases if phase in PEAK_RSS_AFTER},
         "dtype": dtype,
         "machine": machine_record(device),
         "throughput": {
