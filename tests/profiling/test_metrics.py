@@ -38,3 +38,15 @@ def test_metrics_register_once_and_say_how_to_estimate_them():
         METRICS.register("kl")(Metric("kl", METRICS.get("kl").target, 0, "model"))
     with pytest.raises(KeyError, match="unknown metric 'kll'.*Did you mean 'kl'"):
         METRICS.get("kll")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_head_is_pulled_back_block_by_block_as_a_whole_float32_cast_would(dtype):
+    from gapprune.profiling.head import pull_back
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(6, 50, generator=g), dim=-1)
+    weight = torch.randn(50, 8, generator=g).to(dtype)
+    whole = q @ weight.float()
+    torch.testing.assert_close(pull_back(q, weight, vocab_block=7), whole, rtol=1e-5, atol=1e-6)
+    assert pull_back(q, weight.float()).dtype == torch.float32

@@ -43,6 +43,20 @@ def _weight(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     return head.weight, head.bias
 
 
+def pull_back(q: torch.Tensor, weight: torch.Tensor, vocab_block: int = 8192) -> torch.Tensor:
+    """q @ W in float32 for q (rows, V) float32 and W (V, h) in the model's dtype.
+
+    A bf16 or fp16 head is cast a block of the vocabulary at a time: casting it whole would hold a
+    float32 copy of the head (933 MB for a 151,936 x 1,536 one) beside the weights.
+    """
+    if weight.dtype == torch.float32:
+        return q @ weight
+    out = torch.zeros(q.shape[0], weight.shape[1], dtype=torch.float32, device=q.device)
+    for start in range(0, weight.shape[0], vocab_block):
+        out += q[:, start : start + vocab_block] @ weight[start : start + vocab_block].float()
+    return out
+
+
 def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> torch.Tensor:
     """lse(W n + b) in float32 for normed (N, h) -> (N,), chunk_rows rows of logits at a time."""
     weight, bias = _weight(head)
@@ -71,7 +85,7 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
             logits = F.linear(flat[rows], weight, bias).float()  # (rows, V)
             q, const[rows] = spec.target(logits, None if next_ids is None else next_ids[rows])
             one_hot = q.ndim == 1  # token ids
-            pulled[rows] = weight[q].float() if one_hot else q @ weight.float()
+            pulled[rows] = weight[q].float() if one_hot else pull_back(q, weight)
             if bias_dot is not None:
                 bias_dot[rows] = bias[q].float() if one_hot else q @ bias.float()
         reference.const.append(const.view(b, t))
