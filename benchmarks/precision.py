@@ -40,7 +40,8 @@ def run_prune(dtype: str, out: Path, windows: int, device: str = "cpu") -> dict:
     dense = next(r["ppl"] for r in evaluation if r["model"] == "dense")
     return {"model": MODEL, "dtype": dtype, "device": device, "ratio": RATIO, "ppl": ppl, "dense_ppl": dense,
             "peak_rss_mb": round(rss_kb / 1024, 1), "wall_s": round(wall, 1), "command": " ".join(["/usr/bin/time", "-v", "python", *argv[1:]]),
-            "timings": json.loads((out / "profile.json").read_text()).get("timings", {})}
+            "timings": json.loads((out / "profile.json").read_text()).get("timings", {}),
+            "peak_rss_mb_after": json.loads((out / "run.json").read_text()).get("peak_rss_mb_after", {})}
 
 
 def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[str, float]:
