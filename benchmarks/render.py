@@ -78,8 +78,8 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                   f"profiler, one table grown ratio by ratio. Perplexity: first {windows} windows of 128 tokens of the "
                   f"test splits{' (BOS + 127 text tokens per window)' if meta.get('bos') else ''}. Cells: WikiText-2 / "
                   "PTB; GAP and the baselines without compensation, `gap + lsq` with the default sequential lsq. "
-                  "The decoder-ratio runs shared the two cores with another benchmark (one thread each; `machine` in "
-                  "the records)."
+                  f"Runs on {' or '.join(sorted({r['machine'] for r in rows}))}; other jobs shared the two cores for "
+                  "parts of them (times in the records overstate the cost)."
                   + (" The whole-model 25% row ran first, alone on two threads, and stopped at 50%, which this model "
                      "cannot reach (`--ratio-of`)." if any(r.get("ratio_of") == "model" and r["allocator"] != "dense"
                                                          for r in rows) else ""), ""]
