@@ -261,17 +261,19 @@ def other_model_tuning(tuned: list[dict]) -> list[str]:
     cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in tuned:
         if r.get("model", "smollm2-135m") != "smollm2-135m":
-            cells[(r["model"], r["ratio"], r.get("minutes", 0), tuning_method(r), r.get("train_data"))][r["dataset"]] = r
+            cells[(r["model"], r["ratio"], r.get("minutes", 0), tuning_method(r), r.get("train_data"),
+                   r.get("lr"))][r["dataset"]] = r
     if not cells:
         return []
     lines = ["", "Other models (pruned with `gapprune prune MODEL --ratio R --ratio-of decoder`, defaults; records in "
              "`docs/results/recovery.json` with their commands):", "",
-             "| model | decoder ratio | method | text | minutes | steps | windows | CPU | WikiText-2 | PTB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| model | decoder ratio | method | lr | text | minutes | steps | windows | CPU | WikiText-2 | PTB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(cells, key=lambda k: (k[0], k[1], k[2])):
         c = cells[key]
         r = next(iter(c.values()))
-        lines.append(f"| {key[0]} | {key[1]:.0%} | {TUNING[key[3]]} | {key[4] or '-'} | {key[2]:g} | "
+        lines.append(f"| {key[0]} | {key[1]:.0%} | {TUNING[key[3]].split(' (lr')[0]} | {key[5] or '-'} | "
+                     f"{key[4] or '-'} | {key[2]:g} | "
                      f"{r.get('steps', 0)} | {r['windows']} | {r.get('load', r['machine'])} | "
                      f"{c['wikitext2']['ppl'] if 'wikitext2' in c else float('nan'):.2f} | "
                      f"{c['ptb']['ppl'] if 'ptb' in c else float('nan'):.2f} |")
