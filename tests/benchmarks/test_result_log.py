@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from common import ResultLog
+# Loaded from its file: putting benchmarks/ on sys.path would let benchmarks/gguf.py shadow the gguf package.
+_spec = importlib.util.spec_from_file_location("benchmarks_common", Path(__file__).resolve().parents[2] / "benchmarks" / "common.py")
+assert _spec is not None and _spec.loader is not None
+_common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_common)
+ResultLog = _common.ResultLog
 
 
 def test_two_logs_on_one_file_keep_each_others_records(tmp_path: Path) -> None:
