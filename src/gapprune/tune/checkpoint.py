@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,40 @@ def trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
 
 
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """About what a checkpoint takes on disk: the trained tensors and the optimiser's."""
+    tensors = [p for p in model.parameters() if p.requires_grad]
+    tensors += [t for per in optimizer.state.values() for t in per.values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def save(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, config: dict[str, Any],
-         record: Any) -> None:
-    """Write the checkpoint of `step` atomically."""
+         record: Any) -> bool:
+    """Write the checkpoint of `step` atomically; returns whether it was written.
+
+    A checkpoint that does not fit on the disk is skipped with a warning (the previous one stays),
+    not raised: losing the training done so far to a full disk would cost more than one checkpoint.
+    """
     folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (STATE + ".tmp")
+    needed, free = state_bytes(model, optimizer), shutil.disk_usage(folder).free
+    if needed > free:
+        log.warning("checkpoint of step %d skipped: it needs about %.1f GiB in %s, %.1f GiB are free; free space or "
+                    "choose another checkpoint folder to keep runs resumable", step, needed / 2**30, folder, free / 2**30)
+        return False
     state = {
         "step": step, "config": config, "record": asdict(record), "params": trained_state(model),
         "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
     }
-    tmp = folder / (STATE + ".tmp")
-    torch.save(state, tmp)
+    try:
+        torch.save(state, tmp)
+    except (OSError, RuntimeError) as err:  # the disk filled while writing: keep the previous checkpoint
+        tmp.unlink(missing_ok=True)
+        log.warning("checkpoint of step %d not written to %s (%s); the previous one stays", step, folder, err)
+        return False
     tmp.replace(folder / STATE)
     (folder / "trainer_state.json").write_text(json.dumps({"step": step, "config": config}, indent=1) + "\n")
+    return True
 
 
 def resume(folder: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, config: dict[str, Any],
