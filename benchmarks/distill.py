@@ -48,14 +48,14 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
         model, result = lora_tune(model, tokenizer, config, run_dir / "ckpt")
         return model, {"steps": result.steps, "tokens": result.tokens, "examples": result.examples_seen,
                        "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
-                       "settings": asdict(config)}
+                       "lr": config.lr, "settings": asdict(config)}
     config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
                            teacher=args.teacher, self_windows=args.self_windows, **DISTILL,
                            **{**METHODS[method], **({"lr": args.lr} if args.lr else {})})
     model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
     return model, {"steps": result.steps, "tokens": result.tokens, "wall_s": result.wall_s, "train_s": result.train_s,
                    "val_kl": result.val_kl, "teacher": result.teacher, "data_windows": result.data,
-                   "settings": asdict(config)}
+                   "lr": config.learning_rate, "settings": asdict(config)}
 
 
 def main() -> None:
@@ -95,8 +95,7 @@ def main() -> None:
     model, record = tune(args.method, model, tokenizer, args)
     save(model, tokenizer, Path(args.run_dir) / "model", overwrite=True)
     label = {"model": source, "method": f"{args.method}:{args.data}", "ratio": args.ratio}
-    base = {**label, "lr": record["settings"].get("lr") or (5e-4 if record["settings"].get("params") == "lora" else 1e-4),
-            "train_data": args.data, "minutes": args.minutes, "pruned": args.pruned, **record,
+    base = {**label, "train_data": args.data, "minutes": args.minutes, "pruned": args.pruned, **record,
             "tune_wall_s": round(time.perf_counter() - start, 1)}
     for window in windows:
         ppl = perplexity(model, tokenizer, window, args.data_dir)
