@@ -113,7 +113,11 @@ def prune(
     with timed(timings, "surgery_and_compensation"):
         biases_before = _out_proj_bias_params(adapter)
         gram = calibration.gram if calibration is not None else None
-        sequential = calibration.inputs if uses_sequential(model, config) and calibration is not None else None
+        sequential = None
+        if uses_sequential(model, config) and calibration is not None:
+            # it replays from layer 0: the deeper layers' cached inputs and the importance Grams can go
+            sequential, gram = calibration.inputs.first_layer_only(), None
+        del calibration
         plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge, sequential)
     added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added

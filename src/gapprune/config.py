@@ -19,6 +19,10 @@ LATER_SETTINGS = {"table_compensation": "none"}
 # steps, costs no more than the n × n one's O(n³) (t = both halves' tokens ≤ n/8). Here because the
 # memory policy estimates with it too.
 TOKEN_ROWS_FACTOR = 16
+# Compensation alone (sequential lsq/bias) reads a Gram once, in one Woodbury solve of t × t, so its
+# rows pay as soon as t ≤ n: a Qwen2.5-1.5B MLP half is 2,048 × 8,960 rows (73 MB) instead of
+# 8,960² (321 MB), and the t·n² accumulation and the |K|³ solve go.
+LSQ_ROWS_FACTOR = 1
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,10 @@ def test_a_model_pruned_through_token_grams_matches_the_dense_gram_prune(monkeyp
     """obs scores and the lsq-compensated model of a tiny Qwen2, with every Gram forced into rows
     (factor 0) against every Gram forced dense (factor 10⁹)."""
     import copy
+    import importlib
 
     import gapprune.calibrate.gram as gram_module
+    sequential_module = importlib.import_module("gapprune.prune.sequential")  # gapprune.prune: also a function
     from gapprune.models import get_adapter
     from gapprune.pipeline import prune_model_
     from gapprune.prune.sequential import prune_sequentially_
@@ -92,6 +94,7 @@ def test_a_model_pruned_through_token_grams_matches_the_dense_gram_prune(monkeyp
     model, results = tiny_qwen2(), {}
     for name, factor in (("rows", 0), ("dense", 10**9)):
         monkeypatch.setattr(gram_module, "TOKEN_ROWS_FACTOR", factor)
+        monkeypatch.setattr(sequential_module, "LSQ_ROWS_FACTOR", factor)
         run = tiny_run(model, IDS, criterion="obs", compensate="lsq")
         run.calibration.gram.ensure(0)
         assert isinstance(run.calibration.gram.fit[(0, "mlp")], TokenGram) is (name == "rows")

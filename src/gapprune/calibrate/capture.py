@@ -71,6 +71,11 @@ class LayerInputs:
             left -= take
         return LayerInputs(hidden=hidden, kwargs=kwargs, final_hidden=final, input_ids=ids)
 
+    def first_layer_only(self) -> LayerInputs:
+        """Layer 0's inputs and every layer's keyword arguments: what a replay from the first layer
+        needs (sequential compensation), without holding the deeper layers' hidden states."""
+        return LayerInputs(hidden=self.hidden[:1], kwargs=self.kwargs, final_hidden=[], input_ids=self.input_ids)
+
     def layer_output(self, layer: int, batch: int) -> torch.Tensor:
         """The dense output of `layer` = the input of the next layer (or of the final norm)."""
         return self.hidden[layer + 1][batch] if layer + 1 < self.n_layers else self.final_hidden[batch]

@@ -159,12 +159,14 @@ def tokens_per_half(batches: list[torch.Tensor]) -> int:
     return max(sum(int(h.shape[0] * h.shape[1]) for h in batches[half::2]) for half in (0, 1))
 
 
-def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats,
-              tokens_per_half: int | None = None) -> torch.utils.hooks.RemovableHandle:
+def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_per_half: int | None = None,
+              rows_factor: int | None = None) -> torch.utils.hooks.RemovableHandle:
     """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out.
-    Given the tokens a half will see, a projection that wide keeps the rows instead (`TokenGram`)."""
+    Given the tokens a half will see, a projection at least `rows_factor` times that wide keeps the
+    rows instead (`TokenGram`); by default `TOKEN_ROWS_FACTOR`, which OBS's greedy steps need."""
     n = linear.in_features
-    rows = tokens_per_half is not None and tokens_per_half * TOKEN_ROWS_FACTOR <= n
+    factor = TOKEN_ROWS_FACTOR if rows_factor is None else rows_factor
+    rows = tokens_per_half is not None and tokens_per_half * factor <= n
     into.fit[key] = TokenGram(n) if rows else torch.zeros(n, n)
     into.held_out[key] = TokenGram(n) if rows else torch.zeros(n, n)
     into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
