@@ -69,8 +69,8 @@ def damped_inverse(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(H + DAMP·mean(diag H)·I)⁻¹ in `dtype` through a Cholesky factor; float64 if `dtype`'s fails."""
     h = gram.to("cpu", dtype, copy=True)  # (n_in, n_in): for an MLP the largest matrix of the run, so no eye()-sized temporaries
     h.diagonal().add_(DAMP * float(h.diagonal().mean())).add_(_TINY)  # = h + DAMP·mean·I + 1e-12·I, in place
-    chol, info = torch.linalg.cholesky_ex(h)
-    del h
+    info = torch.empty((), dtype=torch.int32)
+    chol, _ = torch.linalg.cholesky_ex(h, out=(h, info))  # factored over h's own storage: one n² buffer fewer
     if int(info) != 0:
         if dtype == torch.float64:
             raise torch.linalg.LinAlgError("the damped Gram matrix is not positive definite even in float64")
