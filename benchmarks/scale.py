@@ -18,7 +18,6 @@ The GPU projection (docs/performance.md §5) with streaming and two or more rank
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import resource
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import ResultLog
 
 
 def make_model(args: argparse.Namespace) -> None:
@@ -137,13 +137,19 @@ def run(args: argparse.Namespace, cli_args: list[str]) -> None:
         "rank_peak_rss_mb": [r["peak_rss_mb"] for r in sorted(results, key=lambda r: r["rank"])],
         "omp_threads_per_rank": os.environ.get("OMP_NUM_THREADS"),
         "load_avg_1m_start": round(load[0], 2), "load_avg_1m_end": round(os.getloadavg()[0], 2),
-        "date": datetime.date.today().isoformat(), "command": " ".join(["gapprune", *argv]),
+        "peak_rss_mb_after": run_phases(out).get("peak_rss_mb_after"),  # rank 0's running peak after each phase
+        "cli": " ".join(["gapprune", *argv]),
     }
-    print(json.dumps(record))
     if args.record:
-        path = Path(args.record)
-        records = json.loads(path.read_text()) if path.is_file() else []
-        path.write_text(json.dumps([*records, record], indent=1) + "\n")
+        ResultLog(args.record).emit(record)  # adds date, machine and this script's command
+    else:
+        print(json.dumps(record))
+
+
+def run_phases(out: Path) -> dict:
+    """The pruned folder's run.json (phase times and peaks), empty when the run wrote none."""
+    path = out / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def main() -> None:
