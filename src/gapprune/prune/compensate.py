@@ -78,8 +78,8 @@ def lsq_affine_tokens(weight: torch.Tensor, rows: torch.Tensor, total: torch.Ten
 
     The centred rows X̃ = X − s/n give C = X̃ᵀX̃, so (C_KK + λI)⁻¹ = (I − X̃_Kᵀ(λI + X̃_K X̃_Kᵀ)⁻¹X̃_K)/λ:
     one t × t system instead of a |K| × |K| one. Every (out, k) step is done in the one result
-    buffer (addmm_), so besides the weight it holds one weight-sized matrix, not five (an 8B
-    model's down_proj: 188 MB each)."""
+    buffer (addmm_), so besides the weight it holds one weight-sized matrix, where the
+    expression form had three to four alive at once (an 8B down_proj: 188 MB each)."""
     x = rows.float()
     centred = x - total / max(n, 1)  # (t, n)
     xk = centred[:, kept]  # (t, k)
