@@ -55,9 +55,13 @@ def alpaca_stream(records: list[dict[str, str]], tokenizer: PreTrainedTokenizerB
 
 def teacher_windows(
     teacher: nn.Module, tokenizer: PreTrainedTokenizerBase, *, n_windows: int, seq_len: int, gen_len: int,
-    seed: int, cache_dir: Path, teacher_id: str, batch_size: int = 16, temperature: float = 1.0, top_p: float = 0.95,
+    seed: int, cache_dir: Path, teacher_id: str, batch_size: int = 64, temperature: float = 1.0, top_p: float = 0.95,
 ) -> torch.Tensor:
     """`n_windows` windows (n, seq_len) cut from sequences of `gen_len` tokens the teacher writes.
+
+    Sampling is a token at a time, so small batches pay mostly per-step overhead: SmolLM2 on two
+    CPU threads writes 100 tokens/s in batches of 16, 157 in batches of 64, 191 in batches of 128
+    (2026-12-01); 64 keeps the KV cache near 1.5 GB for 512-token sequences.
 
     Each batch of sequences is sampled with its own seed and cached as one file under `cache_dir`,
     keyed by the teacher and the settings, so generation resumes after a kill and is reused.
