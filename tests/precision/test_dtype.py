@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -60,7 +61,7 @@ def test_bf16_default_prune_keeps_bf16_weights_and_float32_statistics(tmp_path):
     gram.ensure(0)
     assert all(g.dtype == torch.float32 for g in (*gram.fit.values(), *gram.held_out.values()))
     assert all(s.sum.dtype == torch.float64 for per in run.calibration.stats.stats for s in per.values())
-    assert run.calibration.inputs.hidden[0][0].dtype == torch.float32  # cached layer inputs: exact, upcast
+    assert run.calibration.inputs.hidden[0][0].dtype == BF16  # cached layer inputs: the activations' own dtype
     assert all(torch.isfinite(torch.as_tensor(run.table.loss[c])).all() for c in ("attn", "mlp"))
     save_reload_same_logits(pruned, IDS, tmp_path / "bf16", BF16)
 
@@ -120,3 +121,24 @@ def test_a_dequantized_gguf_loads_in_bf16_from_a_bf16_copy_made_once(tmp_path):
     load_model(str(folder), dtype="bfloat16", cache_dir=tmp_path)
     assert (copy / "model.safetensors").stat().st_mtime_ns == mtime  # made once
     assert sorted(p.name for p in (tmp_path / "gguf").iterdir()) == ["tiny-0123", "tiny-0123-bfloat16"]
+
+
+def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measures():
+    """The cache keeps bf16 activations in bf16 (half the bytes); every replay casts to the weights'
+    dtype, so the table is the same, bit for bit, as from the same numbers held in float32."""
+    from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+    from gapprune.importance import ScoringContext, score_units
+    from gapprune.models import get_adapter
+    from gapprune.profiling.batched import build_loss_table_batched
+
+    adapter = get_adapter(as_dtype(tiny_qwen2(), BF16))
+    stats = CalibrationStats()
+    inputs = capture_layer_inputs(adapter, IDS, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    assert inputs.hidden[1][0].dtype == BF16 and inputs.final_hidden[0].dtype == BF16
+    upcast = LayerInputs(hidden=[[h.float() for h in per] for per in inputs.hidden], kwargs=inputs.kwargs,
+                         final_hidden=[h.float() for h in inputs.final_hidden], input_ids=inputs.input_ids)
+    scores = score_units(ScoringContext(adapter, stats, {}), "activation")
+    tables = [build_loss_table_batched(adapter, cache, scores, metric="kl", channel_step=32, mlp_stride=2, progress=False)
+              for cache in (inputs, upcast)]
+    for c in ("attn", "mlp"):
+        assert np.array_equal(tables[0].loss[c], tables[1].loss[c]), c

@@ -24,7 +24,7 @@ _DROPPED_KWARGS = ("past_key_values", "past_key_value", "cache", "use_cache", "o
 class LayerInputs:
     """Cached inputs of every decoder layer for a calibration set split into batches.
 
-    hidden[l][b]: (B, T, hidden) float32 on CPU, the input of layer l for batch b.
+    hidden[l][b]: (B, T, hidden) on CPU in the model's dtype, the input of layer l for batch b.
     kwargs[l][b]: the keyword arguments layer l received for batch b (tensors on CPU).
     final_hidden[b]: (B, T, hidden), the input of the final norm (the last layer's output).
     """
@@ -129,6 +129,10 @@ def capture_layer_inputs(
 ) -> LayerInputs:
     """Run the dense model once over `input_ids` (n, T) and cache every layer's inputs.
 
+    The cache keeps the activations' own dtype: a bf16 model computes them in bf16, so float32
+    would hold the same numbers in twice the bytes (0.7 GB instead of 0.35 GB for Qwen2.5-1.5B's
+    32 windows). Replays cast to the weights' dtype, statistics to float32.
+
     `extra_hooks` installs further hooks (statistics) for the same pass; they are removed after.
     """
     model = adapter.model
@@ -141,14 +145,14 @@ def capture_layer_inputs(
     def layer_hook(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             states = args[0] if args else kwargs["hidden_states"]
-            hidden[index].append(states.detach().float().cpu())
+            hidden[index].append(states.detach().cpu())
             kept = {k: v for k, v in kwargs.items() if k not in _DROPPED_KWARGS and k != "hidden_states"}
             kwargs_cache[index].append(move_kwargs(kept, "cpu"))
 
         return hook
 
     def final_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-        final_hidden.append(args[0].detach().float().cpu())
+        final_hidden.append(args[0].detach().cpu())
 
     handles = [layer.register_forward_pre_hook(layer_hook(i), with_kwargs=True) for i, layer in enumerate(adapter.layers)]
     handles.append(adapter.final_norm().register_forward_pre_hook(final_hook))

@@ -21,7 +21,7 @@ def block_influence(inputs: LayerInputs) -> np.ndarray:
     bi = np.zeros(inputs.n_layers)
     for layer in range(inputs.n_layers):
         sims = [
-            torch.nn.functional.cosine_similarity(inputs.hidden[layer][b], inputs.layer_output(layer, b), dim=-1)
+            torch.nn.functional.cosine_similarity(inputs.hidden[layer][b].float(), inputs.layer_output(layer, b).float(), dim=-1)
             for b in range(inputs.n_batches)
         ]
         bi[layer] = 1 - float(torch.cat([s.flatten() for s in sims]).mean())

@@ -45,7 +45,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
         raise ValueError(f"sequential compensation re-fits with lsq or bias, got compensate={method!r}")
     check_layers(adapter, plan)
     first = next(adapter.model.parameters())
-    device, dtype = first.device, first.dtype  # the cache is float32; the layers take the weights' dtype
+    device, dtype = first.device, first.dtype  # the layers take the weights' dtype
     hidden = list(inputs.hidden[0])
     tokens = tokens_per_half(hidden)
     summary = {**new_summary(method), "sequential": True}
