@@ -50,7 +50,7 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
                        "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
                        "lr": config.lr, "settings": asdict(config)}
     config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
-                           teacher=args.teacher, self_windows=args.self_windows, **DISTILL,
+                           teacher=args.teacher, self_windows=args.self_windows, schedule=args.schedule, **DISTILL,
                            **{**METHODS[method], **({"lr": args.lr} if args.lr else {})})
     model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
     return model, {"steps": result.steps, "tokens": result.tokens, "wall_s": result.wall_s, "train_s": result.train_s,
@@ -72,6 +72,7 @@ def main() -> None:
     p.add_argument("--zeroshot", action="store_true")
     p.add_argument("--windows", type=int, default=256, help="perplexity on the first N windows of 128 tokens")
     p.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the method's default)")
+    p.add_argument("--schedule", default="constant", choices=["constant", "cosine"], help="rate after warm-up")
     p.add_argument("--start-point", action="store_true", help="first record the pruned folder's own perplexity")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,7 +96,7 @@ def main() -> None:
     model, record = tune(args.method, model, tokenizer, args)
     save(model, tokenizer, Path(args.run_dir) / "model", overwrite=True)
     label = {"model": source, "method": f"{args.method}:{args.data}", "ratio": args.ratio}
-    base = {**label, "train_data": args.data, "minutes": args.minutes, "pruned": args.pruned, **record,
+    base = {**label, "train_data": args.data, "schedule": args.schedule, "minutes": args.minutes, "pruned": args.pruned, **record,
             "tune_wall_s": round(time.perf_counter() - start, 1)}
     for window in windows:
         ppl = perplexity(model, tokenizer, window, args.data_dir)

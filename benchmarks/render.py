@@ -227,17 +227,19 @@ def distill_section(records: list[dict]) -> list[str]:
         return []
     lines = ["## Recovery by tuning: LoRA vs distillation (SmolLM2-135M; `benchmarks/distill.py`)", "",
              "Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca "
-             "only (no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
+             "or the teacher's own (`self`; no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
              "training time; machine and load per row in `docs/results/recovery.json`.", ""]
     cells: dict[tuple, dict[str, float]] = defaultdict(dict)
     meta: dict[tuple, dict] = {}
     for r in ppl:
-        key = (r["ratio"], r.get("minutes", 0), tuning_method(r), r.get("train_data"))
+        text = r.get("train_data") or "-"
+        key = (r["ratio"], r.get("minutes", 0), tuning_method(r), text if r.get("schedule", "constant") == "constant"
+               else f"{text}, {r['schedule']} rate", r.get("steps", 0))  # steps: runs of one setting on other CPUs
         cells[key][r["dataset"]] = r["ppl"]
         meta[key] = r
     lines += ["| ratio | method | text | minutes | steps | tokens | CPU | WikiText-2 | PTB |",
               "|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]))):
+    for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]), k[3])):
         r, c = meta[key], cells[key]
         lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
                      f"{r.get('tokens', 0):,} | {r.get('load', '-')} | "

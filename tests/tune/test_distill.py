@@ -83,3 +83,18 @@ def test_resume_refuses_other_settings(tmp_path):
     with pytest.raises(ValueError, match="other settings.*lr"):
         distill(copy.deepcopy(student), tokenizer, other, teacher=teacher, teacher_tokenizer=tokenizer,
                 checkpoint_dir=tmp_path / "ckpt")
+
+
+def test_the_cosine_schedule_anneals_over_the_time_budget_or_the_steps():
+    from gapprune.tune.distill import learning_rate_at
+
+    timed = DistillConfig(lr=1e-3, warmup=4, schedule="cosine", max_seconds=100.0)
+    assert learning_rate_at(timed, 0, 10**6, 0.0) == pytest.approx(2.5e-4)  # warm-up: (step + 1) / 4
+    assert learning_rate_at(timed, 4, 10**6, 0.0) == pytest.approx(1e-3)
+    assert learning_rate_at(timed, 9, 10**6, 50.0) == pytest.approx(5e-4)  # half the time: half the rate
+    assert learning_rate_at(timed, 9, 10**6, 100.0) == pytest.approx(0.0, abs=1e-12)
+    stepped = DistillConfig(lr=1e-3, warmup=1, schedule="cosine", max_steps=20)
+    assert learning_rate_at(stepped, 10, 20, 999.0) == pytest.approx(5e-4)  # no time budget: steps decide
+    assert learning_rate_at(DistillConfig(lr=1e-3, warmup=1), 10, 20, 50.0) == pytest.approx(1e-3)  # constant
+    with pytest.raises(ValueError, match="schedule must be"):
+        DistillConfig(schedule="linear")

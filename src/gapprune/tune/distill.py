@@ -48,7 +48,8 @@ class DistillConfig:
     rank: int = field(default=8, metadata={"help": "LoRA rank"})
     alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
     lr: float = field(default=0.0, metadata={"help": "AdamW learning rate (0: 1e-4 for all parameters, 5e-4 for LoRA)"})
-    warmup: int = field(default=10, metadata={"help": "linear warm-up steps, then a constant rate"})
+    warmup: int = field(default=10, metadata={"help": "linear warm-up steps, then the schedule"})
+    schedule: str = field(default="constant", metadata={"help": "rate after warm-up: constant, or cosine (decays to 0 at the end of max_seconds, else of max_steps or the epochs)"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of both models (loss scaled by T²)"})
     top_k: int = field(default=0, metadata={"help": "KL over the teacher's top-k plus a tail bucket (0: full vocabulary)"})
     lm_weight: float = field(default=0.0, metadata={"help": "weight of the LM loss added to the KL"})
@@ -63,6 +64,8 @@ class DistillConfig:
     seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
 
     def __post_init__(self) -> None:
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be constant or cosine, got {self.schedule!r}")
         if self.params not in ("lora", "all"):
             raise ValueError(f"params must be lora or all, got {self.params!r}")
         if self.temperature <= 0 or self.top_k < 0 or self.lm_weight < 0:
@@ -85,6 +88,20 @@ class DistillResult:
     wall_s: float
     data: dict[str, int]
     train_s: float = 0.0  # training-loop time over all resumed parts (what max_seconds limits)
+
+
+def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s: float) -> float:
+    """Linear warm-up, then constant or a cosine decay to 0.
+
+    The cosine follows the time budget when there is one (a run limited to an hour anneals over
+    that hour, however many steps it gets), else the step count. A constant rate trains to a noise
+    floor; annealing ends below it.
+    """
+    rate = config.learning_rate * min(1.0, (step + 1) / max(config.warmup, 1))
+    if config.schedule == "constant" or step < config.warmup:
+        return rate
+    progress = train_s / config.max_seconds if config.max_seconds else step / max(total_steps, 1)
+    return rate * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def _loss(student: nn.Module, teacher: nn.Module, ids: torch.Tensor, config: DistillConfig) -> torch.Tensor:
@@ -176,7 +193,7 @@ def distill(
         perm = list(range(train.shape[0]))
         random.Random(config.seed + epoch).shuffle(perm)
         batch = train[perm[offset * config.batch_size : (offset + 1) * config.batch_size]]  # (B, T)
-        lr = config.learning_rate * min(1.0, (step + 1) / max(config.warmup, 1))
+        lr = learning_rate_at(config, step, total_steps, result.train_s)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = 0.0
