@@ -19,6 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ResultLog, parser
 
 
+SYMBOLS, SYMBOL_HEAVY = "{}();=<>[]_#/\\|*", 0.03  # a crude test for code and markup among the sequences
+
+
+def symbol_share(text: str) -> float:
+    return sum(text.count(c) for c in SYMBOLS) / max(len(text), 1)
+
+
 def main() -> None:
     p = parser(__doc__, out="docs/results/recovery.json")
     p.add_argument("--windows", type=int, default=1024, help="windows of 128 tokens (the distillation's --self-windows)")
@@ -28,6 +35,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=3, help="windows decoded into the record, to read what it writes")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    from gapprune.data import bos_token_id
     from gapprune.models.loading import default_cache_dir
     from gapprune.tune.teacher import load_teacher
     from gapprune.tune.teacher_text import training_windows
@@ -40,10 +48,15 @@ def main() -> None:
                                   self_windows=args.windows, self_len=args.self_len, cache_dir=cache, seed=0)
     seconds = time.perf_counter() - start
     fresh = len(set(cache.rglob("part_*.pt")) - before)
+    bos = int(bos_token_id(tokenizer) is not None)  # windows start with BOS when the model takes one
+    per_sequence = max(1, args.self_len // (128 - bos))
+    sequences = [tokenizer.decode(s) for s in windows.view(-1, per_sequence, 128)[:, :, bos:].flatten(1)]
     ResultLog(args.out).emit({
         "kind": "teacher_text", "model": args.model, "windows": int(windows.shape[0]), "seq_len": 128,
         "tokens": int(windows.numel()), "self_len": args.self_len, "threads": args.threads, "gen_s": round(seconds, 1),
         "batches_written": fresh, **({"note": "all read from the cache: gen_s is not a generation time"} if not fresh else {}),
+        "sequences": len(sequences), "symbol_heavy_sequences": sum(symbol_share(t) > SYMBOL_HEAVY for t in sequences),
+        "symbol_heavy": f"over {SYMBOL_HEAVY:.0%} of the characters in {SYMBOLS} (code, markup)",
         "samples": [tokenizer.decode(w[:64]) for w in windows[: args.samples]],
     })
 
