@@ -18,7 +18,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ResultLog, parser
 
-
 SYMBOLS, SYMBOL_HEAVY = "{}();=<>[]_#/\\|*", 0.03  # a crude test for code and markup among the sequences
 
 
