@@ -67,6 +67,7 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
     return out
 
 
+@torch.no_grad()  # loaded weights require grad: in-place writes would otherwise keep every chunk's graph
 def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor], input_ids: list[torch.Tensor],
                         metric: str, device: torch.device, chunk_rows: int = 512) -> HeadReference:
     """The dense model's side of `metric` on every calibration batch (final hidden states (B, T, h))."""
