@@ -94,8 +94,8 @@ def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s
     """Linear warm-up, then constant or a cosine decay to 0.
 
     The cosine follows the time budget when there is one (a run limited to an hour anneals over
-    that hour, however many steps it gets), else the step count. A constant rate trains to a noise
-    floor; annealing ends below it.
+    that hour, however many steps it gets), else the step count. On SmolLM2 at 25% an hour of
+    cosine did no better than a constant rate (docs/recovery.md).
     """
     rate = config.learning_rate * min(1.0, (step + 1) / max(config.warmup, 1))
     if config.schedule == "constant" or step < config.warmup:
