@@ -171,7 +171,6 @@ def measure_entries(
 
 
 @torch.inference_mode()
-@torch.no_grad()
 def dense_base(adapter: ModelAdapter, inputs: LayerInputs, reference: HeadReference, metric: str,
                device: torch.device, chunk_rows: int = 512) -> float:
     """The metric of the model's own replay: the zero point every ΔL is measured against.
