@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gapprune.profiling.head import make_head_reference, metric_sums
+from gapprune.profiling import head as head_module
+from gapprune.profiling.head import make_head_reference, metric_sums, rows_per_chunk
 from gapprune.profiling.metrics import METRICS, Metric
 
 
@@ -29,6 +30,20 @@ def test_head_space_metric_equals_the_full_logit_definition(metric, bias):
             else:
                 expected = -log_q[:, :-1].gather(-1, ids[:, 1:, None]).sum()
             assert float(sums[copy]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_the_default_chunk_holds_a_fixed_number_of_logits_whatever_the_vocabulary(monkeypatch):
+    assert rows_per_chunk(0, 151_936) == head_module.LOGIT_CHUNK_ELEMENTS // 151_936 < 512
+    assert rows_per_chunk(7, 151_936) == 7 and rows_per_chunk(0, 10**9) == 1
+    monkeypatch.setattr(head_module, "LOGIT_CHUNK_ELEMENTS", 150)  # 3 rows of a 50-token vocabulary
+    torch.manual_seed(0)
+    norm, head = torch.nn.LayerNorm(16), torch.nn.Linear(16, 50)
+    dense, pruned, ids = torch.randn(2, 7, 16), torch.randn(2 * 2, 7, 16), torch.randint(0, 50, (2, 7))
+    sums = {}
+    for chunk in (0, 14):  # 14 rows: the whole batch in one chunk
+        reference = make_head_reference(norm, head, [dense], [ids], "kl", torch.device("cpu"), chunk_rows=chunk)
+        sums[chunk] = metric_sums(norm, head, pruned, 0, reference, copies=2, chunk_rows=chunk)
+    torch.testing.assert_close(sums[0], sums[14], rtol=1e-6, atol=1e-9)
 
 
 def test_metrics_register_once_and_say_how_to_estimate_them():

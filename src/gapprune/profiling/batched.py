@@ -120,7 +120,7 @@ def measure_entries(
     metric: str = "kl",
     reference: HeadReference | None = None,
     max_rows: int = 4096,
-    chunk_rows: int = 512,
+    chunk_rows: int = 0,
     precision: str = "float32",
     progress: bool = True,
     desc: str | None = None,
@@ -172,7 +172,7 @@ def measure_entries(
 
 @torch.inference_mode()
 def dense_base(adapter: ModelAdapter, inputs: LayerInputs, reference: HeadReference, metric: str,
-               device: torch.device, chunk_rows: int = 512) -> float:
+               device: torch.device, chunk_rows: int = 0) -> float:
     """The metric of the model's own replay: the zero point every ΔL is measured against.
 
     A replay of unchanged layers reproduces the cached final hidden states whatever layer it starts
@@ -194,7 +194,7 @@ def build_loss_table_batched(
     channel_step: int,
     mlp_stride: int = 1,
     max_rows: int = 4096,
-    chunk_rows: int = 512,
+    chunk_rows: int = 0,
     precision: str = "float32",
     layers: list[int] | None = None,
     done: Measured | None = None,

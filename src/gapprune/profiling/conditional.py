@@ -36,7 +36,7 @@ def kept_by_component(adapter: ModelAdapter, scores: UnitScores, table: LossTabl
 
 @torch.inference_mode()
 def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, table: LossTable, choice: Choice,
-              chunk_rows: int = 512) -> float:
+              chunk_rows: int = 0) -> float:
     """The metric with every component pruned as `choice` says, minus the dense model's (per position)."""
     device = next(adapter.model.parameters()).device
     reference = dense_reference(adapter, inputs, table.metric, device, chunk_rows)

@@ -3,7 +3,9 @@
 Every metric is const + lse(z) − q·z per position (`metrics.py`), and q·z = n·(Wᵀq) + q·b. So the
 dense side is cached once as the "pulled-back" vector Wᵀq (hidden-sized, not vocabulary-sized) and
 the scalars const and q·b; each replay then costs one head matmul and one logsumexp, done in row
-chunks so memory stays at `chunk_rows` x vocabulary.
+chunks so memory stays at `chunk_rows` x vocabulary. The default chunk (`chunk_rows=0`) holds
+`LOGIT_CHUNK_ELEMENTS` logits whatever the vocabulary: 512 rows of a 151,936-token head were 311 MB
+per float32 copy, and a chunk makes three (logits, their float32 cast or softmax, the exp).
 """
 
 from __future__ import annotations
@@ -33,8 +35,17 @@ class HeadReference:
     bias_dot: list[torch.Tensor | None]
 
 
-def _rows(x: torch.Tensor, chunk_rows: int) -> list[slice]:
-    return [slice(i, min(i + chunk_rows, x.shape[0])) for i in range(0, x.shape[0], chunk_rows)]
+LOGIT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk by default: 64 MB in float32
+
+
+def rows_per_chunk(chunk_rows: int, vocab: int) -> int:
+    """`chunk_rows`, or with 0 the rows whose logits fit `LOGIT_CHUNK_ELEMENTS` (at least one)."""
+    return chunk_rows if chunk_rows > 0 else max(1, LOGIT_CHUNK_ELEMENTS // vocab)
+
+
+def _rows(x: torch.Tensor, chunk_rows: int, vocab: int) -> list[slice]:
+    step = rows_per_chunk(chunk_rows, vocab)
+    return [slice(i, min(i + step, x.shape[0])) for i in range(0, x.shape[0], step)]
 
 
 def _weight(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -61,7 +72,7 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
     """lse(W n + b) in float32 for normed (N, h) -> (N,), chunk_rows rows of logits at a time."""
     weight, bias = _weight(head)
     out = torch.empty(normed.shape[0], dtype=torch.float32, device=normed.device)
-    for rows in _rows(normed, chunk_rows):
+    for rows in _rows(normed, chunk_rows, weight.shape[0]):
         logits = F.linear(normed[rows], weight, bias).float()
         out[rows] = torch.logsumexp(logits, dim=-1)
     return out
@@ -69,7 +80,7 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
 
 @torch.no_grad()  # loaded weights require grad: in-place writes would otherwise keep every chunk's graph
 def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor], input_ids: list[torch.Tensor],
-                        metric: str, device: torch.device, chunk_rows: int = 512) -> HeadReference:
+                        metric: str, device: torch.device, chunk_rows: int = 0) -> HeadReference:
     """The dense model's side of `metric` on every calibration batch (final hidden states (B, T, h))."""
     spec = METRICS.get(metric)
     weight, bias = _weight(head)
@@ -82,7 +93,7 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
         const = torch.empty(b * t, dtype=torch.float32, device=device)
         pulled = torch.empty(b * t, h, dtype=torch.float32, device=device)
         bias_dot = torch.empty(b * t, dtype=torch.float32, device=device) if bias is not None else None
-        for rows in _rows(flat, chunk_rows):
+        for rows in _rows(flat, chunk_rows, weight.shape[0]):
             logits = F.linear(flat[rows], weight, bias).float()  # (rows, V)
             q, const[rows] = spec.target(logits, None if next_ids is None else next_ids[rows])
             one_hot = q.ndim == 1  # token ids
@@ -96,7 +107,7 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
 
 
 def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
-                copies: int, chunk_rows: int = 512) -> torch.Tensor:
+                copies: int, chunk_rows: int = 0) -> torch.Tensor:
     """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64."""
     t_kept = hidden.shape[1] - reference.metric.shift
     normed = norm(hidden)[:, :t_kept]
@@ -110,7 +121,7 @@ def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: i
 
 
 def dense_reference(adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
-                    chunk_rows: int = 512) -> HeadReference:
+                    chunk_rows: int = 0) -> HeadReference:
     """The dense model's side of `metric` on the calibration batches: every profiler's zero point."""
     return make_head_reference(adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, inputs.input_ids, metric,
                                device, chunk_rows)

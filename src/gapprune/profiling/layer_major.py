@@ -132,7 +132,7 @@ def build_loss_table_layer_major(
     channel_step: int,
     mlp_stride: int = 1,
     max_rows: int = 1024,
-    chunk_rows: int = 512,
+    chunk_rows: int = 0,
     layers: list[int] | None = None,
     done: Measured | None = None,
     on_layer: Callable[[int, dict[str, dict[int, float]]], None] | None = None,
