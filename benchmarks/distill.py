@@ -27,6 +27,7 @@ METHODS = {
     "lora": {},  # TuneConfig defaults: rank 8, lr 1e-4, 4 examples of <= 256 tokens per step
     "distill-lora": {"params": "lora", "rank": 8},  # lr 5e-4
     "distill-all": {"params": "all"},  # lr 1e-4
+    "distill-decoder": {"params": "decoder"},  # lr 1e-4; embeddings, final norm and head frozen
 }
 # Windows of 128 tokens, 8 per step; a short warm-up; 16 held-out windows for the validation KL.
 # (The 10-minute runs of 2026-11-30 on a loaded machine used warmup 1, val_windows 4, eval_every 25,

@@ -19,6 +19,7 @@ def held_out_kl(student, teacher, tokenizer) -> float:
 
 @pytest.mark.parametrize("settings", [
     {"params": "all", "lr": 3e-3},
+    {"params": "decoder", "lr": 3e-3},
     {"params": "lora", "lr": 1e-2, "rank": 4, "top_k": 16},
 ])
 def test_distillation_lowers_held_out_kl_and_keeps_the_shape(tmp_path, settings):
@@ -34,6 +35,17 @@ def test_distillation_lowers_held_out_kl_and_keeps_the_shape(tmp_path, settings)
     assert result.val_kl[-1][1] < result.val_kl[0][1]
     assert sum(p.numel() for p in tuned.parameters()) == params
     assert not any("lora" in name for name, _ in tuned.named_parameters())
+
+
+def test_decoder_distillation_leaves_embeddings_final_norm_and_head_as_the_teacher_has_them(tmp_path):
+    teacher, student, tokenizer = teacher_and_student()
+    before = {name: p.detach().clone() for name, p in student.named_parameters()}
+    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=4, micro_batch=2, max_steps=3,
+                           val_windows=2, warmup=1, params="decoder", lr=3e-3)
+    tuned, _ = distill(student, tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    changed = {name for name, p in tuned.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and all(".layers." in name for name in changed)
+    assert any(".mlp." in name for name in changed) and any(".self_attn." in name for name in changed)
 
 
 def test_teacher_text_is_generated_once_and_cached(tmp_path):
@@ -52,7 +64,7 @@ class Killed(Exception):
     pass
 
 
-@pytest.mark.parametrize("params", ["all", "lora"])
+@pytest.mark.parametrize("params", ["all", "decoder", "lora"])
 def test_resume_after_a_kill_gives_the_same_weights(tmp_path, params):
     teacher, student, tokenizer = teacher_and_student()
     config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, micro_batch=1, max_steps=7,

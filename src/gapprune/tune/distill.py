@@ -44,7 +44,7 @@ class DistillConfig:
     self_len: int = field(default=512, metadata={"help": "tokens per teacher-written sequence (cut into windows)"})
     cache_dir: str | None = field(default=None, metadata={"help": "teacher-text cache (default $GAPPRUNE_CACHE/teacher_text)"})
     seq_len: int = field(default=256, metadata={"help": "tokens per training window"})
-    params: str = field(default="lora", metadata={"help": "what trains: lora (adapters, merged at the end) or all"})
+    params: str = field(default="lora", metadata={"help": "what trains: lora (adapters, merged at the end), all, or decoder (every decoder-layer parameter; embeddings, final norm and head stay the teacher's)"})
     rank: int = field(default=8, metadata={"help": "LoRA rank"})
     alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
     lr: float = field(default=0.0, metadata={"help": "AdamW learning rate (0: 1e-4 for all parameters, 5e-4 for LoRA)"})
@@ -66,8 +66,8 @@ class DistillConfig:
     def __post_init__(self) -> None:
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be constant or cosine, got {self.schedule!r}")
-        if self.params not in ("lora", "all"):
-            raise ValueError(f"params must be lora or all, got {self.params!r}")
+        if self.params not in ("lora", "all", "decoder"):
+            raise ValueError(f"params must be lora, all or decoder, got {self.params!r}")
         if self.temperature <= 0 or self.top_k < 0 or self.lm_weight < 0:
             raise ValueError("temperature must be positive, top_k and lm_weight non-negative")
         if self.seq_len < 8 or self.batch_size <= 0 or self.micro_batch <= 0:
@@ -133,9 +133,22 @@ def validation_kl(student: nn.Module, teacher: nn.Module, windows: torch.Tensor,
 
 
 def _trainable(student: nn.Module, config: DistillConfig) -> nn.Module:
-    """The module to train: LoRA-wrapped (peft) or the student itself with every parameter."""
+    """The module to train: LoRA-wrapped (peft), or the student itself with every parameter or with
+    its decoder layers only.
+
+    Pruning removes units inside the decoder layers only: the embeddings, final norm and head are
+    still the teacher's, so `decoder` trains just what pruning changed and keeps the shared (tied)
+    token matrix from drifting toward the training text's vocabulary.
+    """
     if config.params == "all":
         student.requires_grad_(True)
+        return student
+    if config.params == "decoder":
+        from gapprune.models import get_adapter
+
+        student.requires_grad_(False)
+        for layer in get_adapter(student).layers:
+            layer.requires_grad_(True)
         return student
     from gapprune.tune.lora import wrap_lora
 
