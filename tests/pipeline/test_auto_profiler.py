@@ -25,10 +25,11 @@ def exact_run(ids):
     return tiny_run(tiny_llama(), ids, channel_step=16)
 
 
+@pytest.mark.parametrize("screen_stride", [1, 2])
 @pytest.mark.parametrize("ratio", [0.1, 0.2, 0.3, 0.4])
-def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, tmp_path):
+def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, screen_stride, tmp_path):
     # a margin wide enough for a one-window screen of this random model; SmolLM2 needs 0.1 (docs/performance.md)
-    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio, auto_margin=1.0)
+    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio, auto_margin=1.0, screen_stride=screen_stride)
     auto = profile_model(exact_run.calibration, config, tmp_path).table
     budget = budget_params(exact_run.profile.total_params, ratio)
     gap = ALLOCATORS.get("gap")

@@ -57,6 +57,22 @@ def test_batched_profiler_reproduces_the_reference_table(tiny_model, metric, max
         assert (batched.loss[c][:, 0] == 0).all()
 
 
+def test_a_thinned_table_replays_every_other_column_and_interpolates_between(tiny_model):
+    ids = torch.randint(0, 256, (4, 24), generator=torch.Generator().manual_seed(2))
+    adapter, inputs, scores = _profile_parts(tiny_model, ids)
+    full = build_loss_table_batched(adapter, inputs, scores, channel_step=16, mlp_stride=2, progress=False)
+    thin = build_loss_table_batched(adapter, inputs, scores, channel_step=16, mlp_stride=2, thin=2, progress=False)
+    for c in ("attn", "mlp"):
+        measured = np.flatnonzero(full.exact[c][0])
+        replayed = np.flatnonzero(thin.exact[c][0])
+        assert replayed.tolist() == [*measured[::2].tolist(), *([measured[-1]] if len(measured) % 2 == 0 else [])]
+        assert np.allclose(thin.loss[c][:, replayed], full.loss[c][:, replayed], rtol=1e-5, atol=1e-7)
+        removed = thin.removed[c][0].astype(float)
+        for layer in range(adapter.n_layers):
+            expected = np.interp(removed, removed[replayed], full.loss[c][layer, replayed])
+            assert np.allclose(thin.loss[c][layer], expected, rtol=1e-5, atol=1e-7)
+
+
 def test_batched_profiler_drops_the_bias_of_a_removed_component():
     model = llama_with_biases()
     ids = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(2))

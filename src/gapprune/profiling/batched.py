@@ -202,13 +202,15 @@ def build_loss_table_batched(
     progress: bool = True,
     desc: str | None = None,
     compensation: Compensation | None = None,
+    thin: int = 1,
 ) -> LossTable:
     """ΔL for every option of every component of every layer, `max_rows` stacked tokens per pass.
 
     `layers` profiles only those layers (the others stay 0): for timing and cost models. `done`
-    holds layers measured before (a resumed run): they are not replayed again.
+    holds layers measured before (a resumed run): they are not replayed again. `thin` > 1 replays
+    only every `thin`-th option of the grid (and the last) and interpolates the rest (a screen).
     """
-    grid = option_grid(adapter, channel_step, mlp_stride)
+    grid = option_grid(adapter, channel_step, mlp_stride).thinned(thin)
     start_time = time.perf_counter()
     layers = list(range(adapter.n_layers)) if layers is None else layers
     done = dict(done or {})
@@ -229,7 +231,7 @@ def build_loss_table_batched(
     measured.update(done)
     batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     meta = {"profiler": "exact", "tokens": calibration_tokens(inputs), "channel_step": channel_step,
-            "mlp_stride": mlp_stride, "measured": True, "precision": precision, "compensated": compensation is not None,
+            "mlp_stride": mlp_stride, "thin": thin, "measured": True, "precision": precision, "compensated": compensation is not None,
             "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
             "layer_wall_s": layer_wall, "wall_s": round(time.perf_counter() - start_time, 2)}
     return table_from_rows(adapter, grid, measured, scores.criterion, metric, meta)

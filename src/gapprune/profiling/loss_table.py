@@ -136,6 +136,12 @@ class OptionGrid:
             mask[c][:, picked] = True
         return mask
 
+    def thinned(self, stride: int) -> OptionGrid:
+        """The same options with every `stride`-th replayed option kept (and the last): a cheaper grid
+        whose other options are interpolated, for a screen whose exact rounds may measure them."""
+        measured = {c: [picked[i] for i in measured_options(len(picked), stride)] for c, picked in self.measured.items()}
+        return OptionGrid(self.options, self.removed, measured)
+
     def interpolate_(self, loss: dict[str, np.ndarray], layer: int) -> None:
         """Fill the options that were not replayed, linearly in parameters removed."""
         for c, picked in self.measured.items():

@@ -120,9 +120,11 @@ def table_compensation(calibration: Calibration, config: PruneConfig) -> Compens
 def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     """The auto profiler's estimate: the exact metric on the first `screen_samples` profiling windows.
 
-    Same replays, same metric, same option grid as the exact table, on a fraction of its tokens
-    (128 of 1,024 by default: ~9% of its time), so it is valid wherever the exact table is (unlike
-    a second-order estimate, which misses e.g. Gemma's whole-sub-block options). No entry is exact.
+    Same replays and metric as the exact table, on a fraction of its tokens (128 of 1,024 by
+    default) and of its options (every `screen_stride`-th column of its grid, the rest interpolated:
+    ~5% of its time), so it is valid wherever the exact table is (unlike a second-order estimate,
+    which misses e.g. Gemma's whole-sub-block options). No entry is exact; the exact rounds may
+    measure any column of the exact grid, screened or not.
     """
     adapter = calibration.adapter
     layers = shard_layers(adapter.n_layers)
@@ -130,7 +132,7 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
                                      calibration.scores, metric=config.metric, channel_step=step_of(adapter, config),
                                      mlp_stride=config.mlp_stride, layers=layers,
                                      desc=f"auto: screening ({config.screen_samples} window(s))",
-                                     compensation=table_compensation(calibration, config))
+                                     compensation=table_compensation(calibration, config), thin=config.screen_stride)
     table = gather_table(table, layers)
     assert table.exact is not None
     for c in table.exact:
@@ -142,7 +144,7 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
 def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None) -> EntryCheckpoint:
     """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
-                   "screen_samples": config.screen_samples,
+                   "screen_samples": config.screen_samples, "screen_stride": config.screen_stride,
                    "profile_tokens": calibration_tokens(calibration.profile_inputs),
                    # under torchrun every rank keeps its own: one rank clearing a finished run must not
                    # remove the folder another rank is still writing to
