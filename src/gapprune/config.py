@@ -44,7 +44,7 @@ class PruneConfig:
     profiler: str = field(default="auto", metadata={"help": "how the loss table is measured: auto (a screen on the first window(s), then exact replays only where they can change the plan), exact (replay every option) or fisher (second-order estimate only)"})
     auto_margin: float = field(default=0.1, metadata={"help": "auto profiler: relative uncertainty of a screened ΔL after rescaling; an option is measured exactly when, lowered by it, it could beat the pick (larger: more replays, closer to the exact plan)"})
     screen_samples: int = field(default=1, metadata={"help": "auto profiler: profiling windows (a prefix) the screen is measured on"})
-    screen_stride: int = field(default=2, metadata={"help": "auto profiler: the screen replays every N-th option of the exact grid (and the last), interpolating the rest; the exact rounds may still measure any (1 = screen all)"})
+    screen_stride: int = field(default=0, metadata={"help": "auto profiler: the screen replays every N-th option of the exact grid (and the last), interpolating the rest; the exact rounds may still measure any (1 = screen all; 0 = 2 for a decoder of a billion parameters or more, else 1)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
@@ -70,8 +70,8 @@ class PruneConfig:
         if not 1 <= self.screen_samples <= self.profile_samples:
             raise ValueError(f"screen_samples must be between 1 and profile_samples ({self.profile_samples}), "
                              f"got {self.screen_samples}")
-        if self.screen_stride < 1:
-            raise ValueError(f"screen_stride must be >= 1 (1 screens every option), got {self.screen_stride}")
+        if self.screen_stride < 0:
+            raise ValueError(f"screen_stride must be >= 0 (1 screens every option, 0 chooses by size), got {self.screen_stride}")
         if self.profile_samples > self.calib_samples:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
         if self.ratio_of not in ("model", "decoder"):

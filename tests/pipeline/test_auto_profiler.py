@@ -55,3 +55,13 @@ def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(exa
         assert (second.exact[c] >= first.exact[c]).all()  # nothing measured before is lost or re-estimated
         kept = first.exact[c]
         assert np.allclose(second.loss[c][kept], first.loss[c][kept])
+
+
+def test_the_screen_thins_its_columns_by_default_only_for_a_billion_parameter_decoder(exact_run, ids, monkeypatch):
+    from gapprune.profiling.tables import screen_stride_of
+
+    adapter = exact_run.calibration.adapter
+    assert screen_stride_of(adapter, tiny_config(ids, profiler="auto")) == 1
+    assert screen_stride_of(adapter, tiny_config(ids, profiler="auto", screen_stride=3)) == 3
+    monkeypatch.setattr(type(adapter), "decoder_params", lambda self: 1_300_000_000)
+    assert screen_stride_of(adapter, tiny_config(ids, profiler="auto")) == 2

@@ -43,6 +43,16 @@ def step_of(adapter: ModelAdapter, config: PruneConfig) -> int:
     return config.channel_step or default_channel_step(adapter.layer_shape(0).intermediate)
 
 
+def screen_stride_of(adapter: ModelAdapter, config: PruneConfig) -> int:
+    """The configured screen stride, else 2 for a decoder of a billion parameters or more, else 1.
+
+    A large model's screen is compute-bound, so half the columns take about half the time; a small
+    one's is bound by per-replay overhead: on SmolLM2-135M the thinned screen took as long as the
+    full one (58 vs 55 s) and its plan's summed ΔL was 1.2% higher (`docs/performance.md` §8).
+    """
+    return config.screen_stride or (2 if adapter.decoder_params() >= 1_000_000_000 else 1)
+
+
 def needs_loss_table(config: PruneConfig) -> bool:
     """Only GAP reads ΔL; the baselines need the options' parameter costs alone."""
     return config.allocator == "gap"
@@ -132,7 +142,8 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
                                      calibration.scores, metric=config.metric, channel_step=step_of(adapter, config),
                                      mlp_stride=config.mlp_stride, layers=layers,
                                      desc=f"auto: screening ({config.screen_samples} window(s))",
-                                     compensation=table_compensation(calibration, config), thin=config.screen_stride)
+                                     compensation=table_compensation(calibration, config),
+                                     thin=screen_stride_of(adapter, config))
     table = gather_table(table, layers)
     assert table.exact is not None
     for c in table.exact:
@@ -144,7 +155,8 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
 def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None) -> EntryCheckpoint:
     """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
-                   "screen_samples": config.screen_samples, "screen_stride": config.screen_stride,
+                   "screen_samples": config.screen_samples,
+                   "screen_stride": screen_stride_of(calibration.adapter, config),
                    "profile_tokens": calibration_tokens(calibration.profile_inputs),
                    # under torchrun every rank keeps its own: one rank clearing a finished run must not
                    # remove the folder another rank is still writing to
