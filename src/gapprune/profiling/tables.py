@@ -46,9 +46,9 @@ def step_of(adapter: ModelAdapter, config: PruneConfig) -> int:
 def screen_stride_of(adapter: ModelAdapter, config: PruneConfig) -> int:
     """The configured screen stride, else 2 for a decoder of a billion parameters or more, else 1.
 
-    A large model's screen is compute-bound, so half the columns take about half the time; a small
-    one's is bound by per-replay overhead: on SmolLM2-135M the thinned screen took as long as the
-    full one (58 vs 55 s) and its plan's summed ΔL was 1.2% higher (`docs/performance.md` §8).
+    Half the columns take half the screen's time at any size (SmolLM2-135M: 58 vs 106 s), but what
+    that buys differs: on Qwen2.5-Coder-1.5B 4.5 of 49 minutes at an unchanged plan (summed exact
+    ΔL −0.09%), on SmolLM2 48 s of 6 minutes at +1.2% summed ΔL (`docs/performance.md` §8).
     """
     return config.screen_stride or (2 if adapter.decoder_params() >= 1_000_000_000 else 1)
 
