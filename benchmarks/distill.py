@@ -59,6 +59,21 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
                    "lr": config.learning_rate, "settings": asdict(config)}
 
 
+def zeroshot_of_finished_run(args, source: str, log: ResultLog) -> None:  # type: ignore[no-untyped-def]
+    """Zero-shot records for a run that ended without --zeroshot: its saved model, its step count."""
+    import json
+
+    from gapprune.api import load
+    from gapprune.evaluate.zeroshot import zero_shot
+
+    run_dir = Path(args.run_dir)
+    steps = json.loads((run_dir / "ckpt" / "trainer_state.json").read_text())["step"]
+    model, tokenizer = load(str(run_dir / "model"))
+    label = {"model": source, "method": f"{args.method}:{args.data}", "ratio": args.ratio}
+    for r in zero_shot(model, tokenizer, TASKS, data_directory=args.data_dir, limit=ZEROSHOT_LIMIT):
+        log.emit({"kind": "zeroshot", **label, **r, "steps": steps, "minutes": args.minutes})
+
+
 def main() -> None:
     p = parser(__doc__, out="docs/results/recovery.json")
     p.add_argument("--pruned", required=True, help="pruned folder (gapprune prune ... --out)")
@@ -71,6 +86,8 @@ def main() -> None:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--zeroshot", action="store_true")
+    p.add_argument("--zeroshot-only", action="store_true",
+                   help="no training: the 7 tasks on the run folder's saved model (a finished run)")
     p.add_argument("--windows", type=int, default=256, help="perplexity on the first N windows of 128 tokens")
     p.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the method's default)")
     p.add_argument("--schedule", default="constant", choices=["constant", "cosine"], help="rate after warm-up")
@@ -85,6 +102,9 @@ def main() -> None:
     from gapprune.tune.teacher import resolve_teacher
 
     source = args.teacher or resolve_teacher(model.config)  # the dense model the folder was pruned from
+    if args.zeroshot_only:
+        zeroshot_of_finished_run(args, source, log)
+        return
     windows = [Window(dataset, windows=args.windows) for dataset in DATASETS]
     if args.start_point:
         for window in windows:
