@@ -207,7 +207,9 @@ def recovery_best_section(records: list[dict]) -> list[str]:
 
 
 TUNING = {"none": "none (starting point)", "lora": "LoRA, LM loss (`tune`)",
-          "distill-lora": "distillation into LoRA (rank 8, lr 5e-4)", "distill-all": "distillation, all parameters (lr 1e-4)"}
+          "distill-lora": "distillation into LoRA (rank 8)", "distill-all": "distillation, all parameters",
+          "distill-decoder": "distillation, decoder layers only"}
+DEFAULT_LR = {"lora": 1e-4, "distill-lora": 5e-4, "distill-all": 1e-4, "distill-decoder": 1e-4}  # older records lack lr
 
 
 def tuning_method(record: dict) -> str | None:
@@ -233,21 +235,25 @@ def distill_section(records: list[dict]) -> list[str]:
     meta: dict[tuple, dict] = {}
     for r in ppl:
         text = r.get("train_data") or "-"
-        key = (r["ratio"], r.get("minutes", 0), tuning_method(r), text if r.get("schedule", "constant") == "constant"
-               else f"{text}, {r['schedule']} rate", r.get("steps", 0))  # steps: runs of one setting on other CPUs
+        method = tuning_method(r)
+        key = (r["ratio"], r.get("minutes", 0), method, text if r.get("schedule", "constant") == "constant"
+               else f"{text}, {r['schedule']} rate", r.get("steps", 0),  # steps: runs of one setting on other CPUs
+               r.get("lr") or DEFAULT_LR.get(method))
         cells[key][r["dataset"]] = r["ppl"]
         meta[key] = r
-    lines += ["| ratio | method | text | minutes | steps | tokens | CPU | WikiText-2 | PTB |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]), k[3])):
+    lines += ["| ratio | method | lr | text | minutes | steps | tokens | CPU | WikiText-2 | PTB |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(cells, key=lambda k: (k[0], k[1], list(TUNING).index(k[2]), k[3], k[5] or 0)):
         r, c = meta[key], cells[key]
-        lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
+        lr = f"{key[5]:g}" if key[5] else "-"
+        lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {lr} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
                      f"{r.get('tokens', 0):,} | {r.get('load', '-')} | "
                      f"{c.get('wikitext2', float('nan')):.2f} | {c.get('ptb', float('nan')):.2f} |")
     shots: dict[str, dict[str, dict]] = {}
     for r in records:
         if r.get("kind") == "zeroshot" and (r["method"] == "dense" or tuning_method(r)):
-            name = "dense" if r["method"] == "dense" else f"{r['method']} at {r['ratio']:.0%}, {r.get('train_s', 0) / 60:.0f} min"
+            minutes = r.get("minutes") or r.get("train_s", 0) / 60
+            name = "dense" if r["method"] == "dense" else f"{r['method']} at {r['ratio']:.0%}, {minutes:.0f} min"
             shots.setdefault(name, {})[r["task"]] = r
     if len(shots) > 1:
         limit = next(iter(shots["dense"].values()))["limit"] if "dense" in shots else "?"
