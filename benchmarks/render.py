@@ -260,8 +260,26 @@ def distill_section(records: list[dict]) -> list[str]:
         lines += ["", f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
                   "the dense score:", ""]
         lines += zeroshot_rows(shots, "dense")
-    lines += other_model_tuning(tuned)
+    lines += other_model_tuning(tuned) + kl_shift_rows(records)
     return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
+
+
+def kl_shift_rows(records: list[dict]) -> list[str]:
+    """KL to the teacher on evaluation text before and after tuning (`benchmarks/kl_shift.py`)."""
+    shifts = [r for r in records if r.get("kind") == "kl_shift"]
+    if not shifts:
+        return []
+    lines = ["", f"KL(teacher ‖ model) and NLL per token on the first {shifts[0]['windows']} test windows of 128 tokens, "
+             "before and after tuning (`benchmarks/kl_shift.py`; the teacher's own NLL in brackets):", "",
+             "| teacher | model | WikiText-2 KL | WikiText-2 NLL | PTB KL | PTB NLL |", "|---|---|---|---|---|---|"]
+    cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in shifts:
+        cells[(r["teacher"], r["model"])][r["dataset"]] = r
+    for (teacher, model), c in cells.items():
+        row = [f"{c[d]['kl']:.4f} | {c[d]['nll']:.4f} ({c[d]['teacher_nll']:.4f})" if d in c else "- | -"
+               for d in ("wikitext2", "ptb")]
+        lines.append(f"| {teacher} | `{model}` | {row[0]} | {row[1]} |")
+    return lines
 
 
 def other_model_tuning(tuned: list[dict]) -> list[str]:
