@@ -103,6 +103,7 @@ def main() -> None:
 
     source = args.teacher or resolve_teacher(model.config)  # the dense model the folder was pruned from
     if args.zeroshot_only:
+        del model  # only its config was needed: the run's own saved model is scored
         zeroshot_of_finished_run(args, source, log)
         return
     windows = [Window(dataset, windows=args.windows) for dataset in DATASETS]
