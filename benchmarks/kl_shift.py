@@ -14,24 +14,23 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATASETS, ResultLog, parser
 
 
 @torch.no_grad()
-def log_probs(model: torch.nn.Module, windows: torch.Tensor, batch: int = 4) -> torch.Tensor:
-    """float32 next-token log-probabilities (n, T, V) of every window."""
-    return torch.cat([F.log_softmax(model(windows[i : i + batch]).logits.float(), dim=-1)
-                      for i in range(0, len(windows), batch)])
+def logits(model: torch.nn.Module, windows: torch.Tensor, batch: int = 4) -> torch.Tensor:
+    """float32 next-token logits (n, T, V) of every window."""
+    return torch.cat([model(windows[i : i + batch]).logits.float() for i in range(0, len(windows), batch)])
 
 
-def kl_and_nll(teacher_lp: torch.Tensor, lp: torch.Tensor, windows: torch.Tensor) -> tuple[float, float]:
-    """Mean KL(teacher || model) over predicting positions, and the model's mean NLL of the next token."""
-    kl = (teacher_lp.exp() * (teacher_lp - lp)).sum(-1)[:, :-1].mean()
-    nll = -lp[:, :-1].gather(-1, windows[:, 1:, None]).mean()
-    return kl.item(), nll.item()
+def kl_and_nll(teacher: torch.Tensor, model: torch.Tensor, windows: torch.Tensor) -> tuple[float, float]:
+    """Mean KL(teacher || model) over predicting positions, and the model's mean NLL of the next token:
+    the distillation loss (`kl_full`) and the LM loss (`lm_loss`) of training, here on evaluation text."""
+    from gapprune.tune.kd_loss import kl_full, lm_loss
+
+    return kl_full(model[:, :-1], teacher[:, :-1]).item(), lm_loss(model, windows).item()
 
 
 def main() -> None:
@@ -50,13 +49,13 @@ def main() -> None:
     teacher, tokenizer = load(args.teacher)
     texts = {name: consecutive_windows(tokenize_text(load_text(name, "test", args.data_dir), tokenizer), 128,
                                        args.windows, bos_id=bos_token_id(tokenizer)) for name in DATASETS}
-    reference = {name: log_probs(teacher, w) for name, w in texts.items()}
+    reference = {name: logits(teacher, w) for name, w in texts.items()}
     teacher_nll = {name: kl_and_nll(reference[name], reference[name], w)[1] for name, w in texts.items()}
     del teacher
     for folder in args.models.split(","):
         model, _ = load(folder)
         for name, w in texts.items():
-            kl, nll = kl_and_nll(reference[name], log_probs(model, w), w)
+            kl, nll = kl_and_nll(reference[name], logits(model, w), w)
             log.emit({"kind": "kl_shift", "teacher": args.teacher, "model": folder, "dataset": name, "seq_len": 128,
                       "windows": len(w), "kl": round(kl, 4), "nll": round(nll, 4),
                       "teacher_nll": round(teacher_nll[name], 4)})
