@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.tune import checkpoint as ckpt
 from gapprune.tune.kd_loss import kl_full, kl_topk, lm_loss, teacher_topk
+from gapprune.tune.progress import advance, training_bar
 from gapprune.tune.teacher import check_same_vocabulary, load_teacher, resolve_teacher
 from gapprune.tune.teacher_text import training_windows
 
@@ -199,7 +199,8 @@ def distill(
     result = DistillResult(teacher_id, 0, 0, [], [], 0.0, counts)
     step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
     model.train()
-    bar = tqdm(total=total_steps, initial=step, desc=f"distil ({config.params})", unit="step")
+    bar = training_bar(f"distil ({config.params})", total_steps=total_steps, step=step,
+                       max_seconds=config.max_seconds, seconds_done=result.train_s)
     run_start, before = time.perf_counter(), result.train_s
     while step < total_steps and not (config.max_seconds and result.train_s >= config.max_seconds):
         epoch, offset = divmod(step, steps_per_epoch)
@@ -221,8 +222,8 @@ def distill(
         result.steps, result.tokens = step, result.tokens + batch.numel()
         result.train_s = round(before + time.perf_counter() - run_start, 2)
         result.train_loss.append(round(loss_sum, 5))
-        bar.set_postfix(loss=f"{loss_sum:.4f}", lr=f"{lr:.1e}")
-        bar.update()
+        bar.set_postfix(step=step, loss=f"{loss_sum:.4f}", lr=f"{lr:.1e}")
+        advance(bar, max_seconds=config.max_seconds, seconds_done=result.train_s)
         if on_step is not None:
             on_step(step, loss_sum)
         last = step == total_steps or bool(config.max_seconds and result.train_s >= config.max_seconds)

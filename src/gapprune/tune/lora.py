@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from gapprune.models import get_adapter
 from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
+from gapprune.tune.progress import advance, training_bar
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def lora_tune(
     order = list(range(len(train)))
     result = TuneResult(step, 0, [], [], 0.0)
     peft_model.train()
-    bar = tqdm(total=total_steps, initial=step, desc="LoRA", unit="step")
+    bar = training_bar("LoRA", total_steps=total_steps, step=step, max_seconds=config.max_seconds, seconds_done=0.0)
     loop_start = time.perf_counter()
     while step < total_steps and not (config.max_seconds and time.perf_counter() - loop_start >= config.max_seconds):
         epoch, offset = divmod(step * config.batch_size, len(train))
@@ -140,8 +140,8 @@ def lora_tune(
         result.train_loss.append(round(float(loss.detach()), 5))
         result.examples_seen += len(chunk)
         result.tokens += int(batch["attention_mask"].sum())
-        bar.set_postfix(loss=f"{result.train_loss[-1]:.3f}")
-        bar.update()
+        bar.set_postfix(step=step, loss=f"{result.train_loss[-1]:.3f}")
+        advance(bar, max_seconds=config.max_seconds, seconds_done=time.perf_counter() - loop_start)
         out_of_time = bool(config.max_seconds) and time.perf_counter() - loop_start >= config.max_seconds
         if val and (step % config.eval_every == 0 or step == total_steps or out_of_time):
             result.val_loss.append((step, round(_mean_loss(peft_model, val, pad_id, config.batch_size), 5)))
