@@ -253,7 +253,8 @@ def distill_section(records: list[dict]) -> list[str]:
     for r in records:
         if r.get("kind") == "zeroshot" and (r["method"] == "dense" or tuning_method(r)):
             minutes = r.get("minutes") or r.get("train_s", 0) / 60
-            name = "dense" if r["method"] == "dense" else f"{r['method']} at {r['ratio']:.0%}, {minutes:.0f} min"
+            name = ("dense" if r["method"] == "dense" else f"{r['method']} at {r['ratio']:.0%}, {minutes:.0f} min"
+                    + (f", {r['steps']} steps" if r.get("steps") else ""))  # steps: one setting, cores of other speed
             shots.setdefault(name, {})[r["task"]] = r
     if len(shots) > 1:
         limit = next(iter(shots["dense"].values()))["limit"] if "dense" in shots else "?"
