@@ -8,6 +8,14 @@ def test_time_budget_bar_counts_training_seconds() -> None:
     assert bar.total == 60.0 and bar.n == 12.0  # resumed: starts at the seconds already trained
     advance(bar, max_seconds=60.0, seconds_done=20.5)
     assert bar.n == 20.5
+    advance(bar, max_seconds=60.0, seconds_done=61.3)  # the last step ends past the budget
+    assert bar.n == 60.0
+    bar.close()
+
+
+def test_resumed_past_the_budget_bar_still_prints() -> None:
+    bar = training_bar("distil", total_steps=100000, step=9, max_seconds=60.0, seconds_done=75.0)
+    assert bar.n == 60.0 and "60/60 s" in str(bar)
     bar.close()
 
 
