@@ -44,13 +44,13 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
     seconds = args.minutes * 60
     run_dir = Path(args.run_dir)
     if method == "lora":
-        config = TuneConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
+        config = TuneConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=args.max_steps,
                             save_every=25, eval_every=50)
         model, result = lora_tune(model, tokenizer, config, run_dir / "ckpt")
         return model, {"steps": result.steps, "tokens": result.tokens, "examples": result.examples_seen,
                        "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
                        "lr": config.lr, "settings": asdict(config)}
-    config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=100_000,
+    config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=args.max_steps,
                            teacher=args.teacher, self_windows=args.self_windows, schedule=args.schedule, **DISTILL,
                            **{**METHODS[method], **({"lr": args.lr} if args.lr else {})})
     model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
@@ -83,6 +83,9 @@ def main() -> None:
     p.add_argument("--teacher", default=None)
     p.add_argument("--self-windows", type=int, default=128, help="windows of teacher-written text (data self)")
     p.add_argument("--minutes", type=float, required=True, help="training time in all (resumed parts included)")
+    p.add_argument("--max-steps", type=int, default=100_000,
+                   help="stop at this step (LoRA counts time per part only: resume a killed LoRA run to its last "
+                        "checkpoint's step with this)")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--zeroshot", action="store_true")
