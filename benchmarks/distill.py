@@ -84,8 +84,7 @@ def main() -> None:
     p.add_argument("--self-windows", type=int, default=128, help="windows of teacher-written text (data self)")
     p.add_argument("--minutes", type=float, required=True, help="training time in all (resumed parts included)")
     p.add_argument("--max-steps", type=int, default=100_000,
-                   help="stop at this step (LoRA counts time per part only: resume a killed LoRA run to its last "
-                        "checkpoint's step with this)")
+                   help="stop at this step (to score a killed run at its last checkpoint without more training)")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--zeroshot", action="store_true")

@@ -247,7 +247,7 @@ def distill_section(records: list[dict]) -> list[str]:
         r, c = meta[key], cells[key]
         lr = f"{key[5]:g}" if key[5] else "-"
         lines.append(f"| {key[0]:.0%} | {TUNING[key[2]]} | {lr} | {key[3] or '-'} | {key[1]:g} | {r.get('steps', 0)} | "
-                     f"{'-' if r.get('tokens', 0) is None else format(r['tokens'], ',')} | {r.get('load', '-')} | "
+                     f"{'-' if r.get('tokens') is None else format(r['tokens'], ',')} | {r.get('load', '-')} | "
                      f"{c.get('wikitext2', float('nan')):.2f} | {c.get('ptb', float('nan')):.2f} |")
     shots: dict[str, dict[str, dict]] = {}
     for r in records:

@@ -32,7 +32,7 @@ class TuneConfig:
     cutoff: int = field(default=256, metadata={"help": "tokens per example"})
     epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many optimiser steps (0: epochs decide)"})
-    max_seconds: float = field(default=0.0, metadata={"help": "stop after this much training time (0: no limit)"})
+    max_seconds: float = field(default=0.0, metadata={"help": "stop once training has taken this long in all, resumed parts included (0: no limit)"})
     max_examples: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
     batch_size: int = field(default=4, metadata={"help": "examples per step"})
     val_examples: int = field(default=64, metadata={"help": "held-out examples for validation loss"})
@@ -115,18 +115,20 @@ def lora_tune(
     total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
     step = 0
     state_file = checkpoint_dir / "trainer_state.json" if checkpoint_dir else None
+    done_s = 0.0
     if state_file is not None and state_file.is_file():
         state = json.loads(state_file.read_text())
         set_peft_model_state_dict(peft_model, torch.load(checkpoint_dir / "adapter.pt", weights_only=True))
         optimizer.load_state_dict(torch.load(checkpoint_dir / "optimizer.pt", weights_only=True))
         step = int(state["step"])
+        done_s = float(state.get("train_s", 0.0))  # max_seconds counts the whole run, resumed parts included
         log.info("resuming LoRA tuning at step %d", step)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     order = list(range(len(train)))
     result = TuneResult(step, 0, [], [], 0.0)
     peft_model.train()
-    bar = training_bar("LoRA", total_steps=total_steps, step=step, max_seconds=config.max_seconds, seconds_done=0.0)
-    loop_start = time.perf_counter()
+    bar = training_bar("LoRA", total_steps=total_steps, step=step, max_seconds=config.max_seconds, seconds_done=done_s)
+    loop_start = time.perf_counter() - done_s
     while step < total_steps and not (config.max_seconds and time.perf_counter() - loop_start >= config.max_seconds):
         epoch, offset = divmod(step * config.batch_size, len(train))
         random.Random(config.seed + epoch).shuffle(order)
@@ -150,7 +152,8 @@ def lora_tune(
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             torch.save(get_peft_model_state_dict(peft_model), checkpoint_dir / "adapter.pt")
             torch.save(optimizer.state_dict(), checkpoint_dir / "optimizer.pt")
-            state_file.write_text(json.dumps({"step": step, "config": asdict(config)}))
+            state_file.write_text(json.dumps({"step": step, "config": asdict(config),
+                                              "train_s": round(time.perf_counter() - loop_start, 2)}))
     bar.close()
     merged = peft_model.merge_and_unload()
     merged.to(torch.float32).eval()
