@@ -86,7 +86,7 @@ def resume(folder: Path | None, model: nn.Module, optimizer: torch.optim.Optimiz
             params[name].copy_(value)
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
-    for f in fields(record):
-        setattr(record, f.name, state["record"][f.name])
+    for f in fields(record):  # a field newer than the checkpoint keeps its default
+        setattr(record, f.name, state["record"].get(f.name, getattr(record, f.name)))
     log.info("resuming at step %d from %s", state["step"], folder)
     return int(state["step"])

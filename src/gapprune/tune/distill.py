@@ -3,7 +3,8 @@
 The student (the pruned model) learns the teacher's whole next-token distribution at every
 position: KL(teacher ‖ student), optionally plus the LM loss, on text with no evaluation data in
 it (`teacher_text.py`). Teacher logits are computed on the fly: one teacher forward costs about a
-third of a student step, less than generating and storing them once per window used once.
+third of a student step, less than storing them for a window used once. Text seen again (epochs,
+or other students on the same text) can read the teacher's top-k from disk (`teacher_cache.py`).
 LoRA adapters (merged at the end) or all parameters are trained; checkpoints hold the trained
 tensors, the optimiser and the RNG, so a killed run resumes to the same weights.
 """
@@ -27,12 +28,14 @@ from gapprune.tune import checkpoint as ckpt
 from gapprune.tune.kd_loss import kl_full, kl_topk, lm_loss, teacher_topk
 from gapprune.tune.progress import advance, training_bar
 from gapprune.tune.teacher import check_same_vocabulary, load_teacher, resolve_teacher
+from gapprune.tune.teacher_cache import TeacherTopK
 from gapprune.tune.teacher_text import training_windows
 
 log = logging.getLogger(__name__)
 
 # Fields a resumed run may change: how long it runs and how often it reports, not what it learns.
-RESUMABLE_CHANGES = frozenset({"max_steps", "max_seconds", "epochs", "eval_every", "save_every"})
+# The teacher cache returns what the teacher computes, so it may be switched on or moved too.
+RESUMABLE_CHANGES = frozenset({"max_steps", "max_seconds", "epochs", "eval_every", "save_every", "teacher_cache"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class DistillConfig:
     schedule: str = field(default="constant", metadata={"help": "rate after warm-up: constant, or cosine (decays to 0 at the end of max_seconds, else of max_steps or the epochs)"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of both models (loss scaled by T²)"})
     top_k: int = field(default=0, metadata={"help": "KL over the teacher's top-k plus a tail bucket (0: full vocabulary)"})
+    teacher_cache: str | None = field(default=None, metadata={"help": "keep the teacher's top-k outputs on disk and reuse them when a window comes back (epochs, other students on the same text): a folder, or auto for $GAPPRUNE_CACHE/teacher_topk; needs top_k"})
     lm_weight: float = field(default=0.0, metadata={"help": "weight of the LM loss added to the KL"})
     batch_size: int = field(default=8, metadata={"help": "windows per optimiser step"})
     micro_batch: int = field(default=4, metadata={"help": "windows per forward/backward (bounds memory)"})
@@ -70,6 +74,8 @@ class DistillConfig:
             raise ValueError(f"params must be lora, all or decoder, got {self.params!r}")
         if self.temperature <= 0 or self.top_k < 0 or self.lm_weight < 0:
             raise ValueError("temperature must be positive, top_k and lm_weight non-negative")
+        if self.teacher_cache and not self.top_k:
+            raise ValueError("teacher_cache stores the teacher's top-k outputs; set top_k too (e.g. 64)")
         if self.seq_len < 8 or self.batch_size <= 0 or self.micro_batch <= 0:
             raise ValueError("seq_len (>= 8), batch_size and micro_batch must be positive")
 
@@ -88,6 +94,7 @@ class DistillResult:
     wall_s: float
     data: dict[str, int]
     train_s: float = 0.0  # training-loop time over all resumed parts (what max_seconds limits)
+    cache_hits: int = 0  # micro-batches whose teacher outputs came from the teacher cache
 
 
 def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s: float) -> float:
@@ -104,16 +111,24 @@ def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s
     return rate * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _loss(student: nn.Module, teacher: nn.Module, ids: torch.Tensor, config: DistillConfig) -> torch.Tensor:
-    """Distillation loss of one micro-batch of windows (b, T)."""
+def _teacher_outputs(teacher: nn.Module, ids: torch.Tensor, index: torch.Tensor, config: DistillConfig,
+                     cache: TeacherTopK | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's logits (b, T, V) of windows `ids` (b, T), or its top-k (log-probabilities, ids)."""
+    if cache is not None:
+        return cache.outputs(teacher, index, ids)
     with torch.no_grad():
-        t_logits = teacher(input_ids=ids).logits  # (b, T, V)
+        logits = teacher(input_ids=ids).logits
+    return teacher_topk(logits, config.top_k, config.temperature) if config.top_k else logits
+
+
+def _loss(student: nn.Module, teacher_out: torch.Tensor | tuple[torch.Tensor, torch.Tensor], ids: torch.Tensor,
+          config: DistillConfig) -> torch.Tensor:
+    """Distillation loss of one micro-batch of windows (b, T) against the teacher's outputs on them."""
     s_logits = student(input_ids=ids).logits  # (b, T, V)
-    if config.top_k:
-        values, top_ids = teacher_topk(t_logits, config.top_k, config.temperature)
-        loss = kl_topk(s_logits, values, top_ids, config.temperature)
+    if isinstance(teacher_out, tuple):
+        loss = kl_topk(s_logits, *teacher_out, config.temperature)
     else:
-        loss = kl_full(s_logits, t_logits, config.temperature)
+        loss = kl_full(s_logits, teacher_out, config.temperature)
     if config.lm_weight:
         loss = loss + config.lm_weight * lm_loss(s_logits, ids)
     return loss
@@ -180,14 +195,15 @@ def distill(
     teacher.eval().requires_grad_(False)
     from gapprune.models.loading import default_cache_dir
 
-    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
+    text_cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
     windows, counts = training_windows(
         config.data, tokenizer, config.seq_len, teacher=teacher, teacher_id=teacher_id,
-        self_windows=config.self_windows, self_len=config.self_len, cache_dir=cache, data_dir=config.data_dir,
+        self_windows=config.self_windows, self_len=config.self_len, cache_dir=text_cache, data_dir=config.data_dir,
         seed=config.seed,
     )
     order = torch.randperm(windows.shape[0], generator=torch.Generator().manual_seed(config.seed))
-    val, train = windows[order[: config.val_windows]], windows[order[config.val_windows :]]
+    train_index = order[config.val_windows :]  # rows of `windows`, which key the teacher cache
+    val, train = windows[order[: config.val_windows]], windows[train_index]
     if train.shape[0] < config.batch_size:
         raise ValueError(f"{train.shape[0]} training windows are fewer than one batch of {config.batch_size}")
     torch.manual_seed(config.seed)
@@ -196,23 +212,26 @@ def distill(
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     steps_per_epoch = train.shape[0] // config.batch_size
     total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
+    cache = _teacher_cache(config, windows, teacher_id, teacher)
     result = DistillResult(teacher_id, 0, 0, [], [], 0.0, counts)
     step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
     model.train()
     bar = training_bar(f"distil ({config.params})", total_steps=total_steps, step=step,
                        max_seconds=config.max_seconds, seconds_done=result.train_s)
-    run_start, before = time.perf_counter(), result.train_s
+    run_start, before, hits_before = time.perf_counter(), result.train_s, result.cache_hits
     while step < total_steps and not (config.max_seconds and result.train_s >= config.max_seconds):
         epoch, offset = divmod(step, steps_per_epoch)
         perm = list(range(train.shape[0]))
         random.Random(config.seed + epoch).shuffle(perm)
-        batch = train[perm[offset * config.batch_size : (offset + 1) * config.batch_size]]  # (B, T)
+        rows = perm[offset * config.batch_size : (offset + 1) * config.batch_size]
+        batch, index = train[rows], train_index[rows]  # (B, T), (B,)
         lr = learning_rate_at(config, step, total_steps, result.train_s)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = 0.0
-        for micro in batch.split(config.micro_batch):
-            loss = _loss(model, teacher, micro, config) * micro.shape[0] / batch.shape[0]
+        for micro, micro_index in zip(batch.split(config.micro_batch), index.split(config.micro_batch), strict=True):
+            teacher_out = _teacher_outputs(teacher, micro, micro_index, config, cache)
+            loss = _loss(model, teacher_out, micro, config) * micro.shape[0] / batch.shape[0]
             loss.backward()
             loss_sum += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -222,6 +241,8 @@ def distill(
         result.steps, result.tokens = step, result.tokens + batch.numel()
         result.train_s = round(before + time.perf_counter() - run_start, 2)
         result.train_loss.append(round(loss_sum, 5))
+        if cache is not None:
+            result.cache_hits = hits_before + cache.hits
         bar.set_postfix(step=step, loss=f"{loss_sum:.4f}", lr=f"{lr:.1e}")
         advance(bar, max_seconds=config.max_seconds, seconds_done=result.train_s)
         if on_step is not None:
@@ -241,6 +262,18 @@ def distill(
     merged.eval()
     result.wall_s = round(time.perf_counter() - start, 2)
     return merged, result
+
+
+def _teacher_cache(config: DistillConfig, windows: torch.Tensor, teacher_id: str,
+                   teacher: nn.Module) -> TeacherTopK | None:
+    if not config.teacher_cache:
+        return None
+    from gapprune.models.loading import default_cache_dir
+
+    root = default_cache_dir() / "teacher_topk" if config.teacher_cache == "auto" else Path(config.teacher_cache)
+    dtype = next(teacher.parameters()).dtype
+    return TeacherTopK(root, windows, teacher_id=teacher_id, teacher_dtype=dtype, k=config.top_k,
+                       temperature=config.temperature)
 
 
 def result_record(result: DistillResult) -> dict[str, Any]:
