@@ -261,7 +261,7 @@ def distill_section(records: list[dict]) -> list[str]:
         lines += ["", f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
                   "the dense score:", ""]
         lines += zeroshot_rows(shots, "dense")
-    lines += other_model_tuning(tuned) + kl_shift_rows(records)
+    lines += other_model_tuning(tuned) + kl_shift_rows(records) + teacher_cache_rows(records)
     return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
 
 
@@ -280,6 +280,22 @@ def kl_shift_rows(records: list[dict]) -> list[str]:
         row = [f"{c[d]['kl']:.4f} | {c[d]['nll']:.4f} ({c[d]['teacher_nll']:.4f})" if d in c else "- | -"
                for d in ("wikitext2", "ptb")]
         lines.append(f"| {teacher} | `{model}` | {row[0]} | {row[1]} |")
+    return lines
+
+
+def teacher_cache_rows(records: list[dict]) -> list[str]:
+    """Seconds per distillation step with the teacher on the fly and from its top-k cache (`teacher_cache.py`)."""
+    runs = [r for r in records if r.get("kind") == "teacher_cache"]
+    if not runs:
+        return []
+    lines = ["", "Seconds per step with the teacher on the fly and from `--teacher-cache` "
+             "(`benchmarks/teacher_cache.py`; decoder layers, 8 windows of 128 tokens a step, Alpaca):", "",
+             "| model | pruned | teacher outputs | steps | s/step | cache hits | losses as the filling run |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        same = {True: "identical", False: "differ", None: "-"}[r.get("same_losses_as_filling_run")]
+        lines.append(f"| {r['model']} | `{r['pruned']}` | {r['run']} | {r['steps']} | {r['s_per_step']:.2f} | "
+                     f"{r['cache_hits']} of {r['micro_batches']} | {same} |")
     return lines
 
 
