@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -64,13 +65,17 @@ class Killed(Exception):
     pass
 
 
-@pytest.mark.parametrize("params", ["all", "decoder", "lora"])
-def test_resume_after_a_kill_gives_the_same_weights(tmp_path, params):
+@pytest.mark.parametrize(("params", "cached"), [("all", False), ("decoder", False), ("lora", False), ("all", True)])
+def test_resume_after_a_kill_gives_the_same_weights(tmp_path, params, cached):
+    """`cached`: the uninterrupted run takes the teacher's top-k on the fly, the killed and resumed one
+    from a teacher cache that holds only the windows the killed part used."""
     teacher, student, tokenizer = teacher_and_student()
-    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, micro_batch=1, max_steps=7,
-                           save_every=2, eval_every=3, val_windows=2, params=params, lr=3e-3, rank=4)
+    whole_config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=2, micro_batch=1, max_steps=7,
+                                 save_every=2, eval_every=3, val_windows=2, params=params, lr=3e-3, rank=4,
+                                 top_k=8 if cached else 0)
+    config = replace(whole_config, teacher_cache=str(tmp_path / "topk") if cached else None)
     kwargs = {"teacher": teacher, "teacher_tokenizer": tokenizer}
-    whole, whole_result = distill(copy.deepcopy(student), tokenizer, config, **kwargs)
+    whole, whole_result = distill(copy.deepcopy(student), tokenizer, whole_config, **kwargs)
 
     def kill(step: int, loss: float) -> None:
         if step == 5:
