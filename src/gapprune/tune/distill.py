@@ -196,6 +196,7 @@ def distill(
     from gapprune.models.loading import default_cache_dir
 
     text_cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
+    topk_cache = default_cache_dir() / "teacher_topk" if config.teacher_cache == "auto" else config.teacher_cache or None
     windows, counts = training_windows(
         config.data, tokenizer, config.seq_len, teacher=teacher, teacher_id=teacher_id,
         self_windows=config.self_windows, self_len=config.self_len, cache_dir=text_cache, data_dir=config.data_dir,
@@ -212,7 +213,9 @@ def distill(
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     steps_per_epoch = train.shape[0] // config.batch_size
     total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
-    cache = _teacher_cache(config, windows, teacher_id, teacher)
+    cache = None if topk_cache is None else TeacherTopK(
+        Path(topk_cache), windows, teacher_id=teacher_id, teacher_dtype=next(teacher.parameters()).dtype,
+        k=config.top_k, temperature=config.temperature)
     result = DistillResult(teacher_id, 0, 0, [], [], 0.0, counts)
     step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
     model.train()
@@ -262,18 +265,6 @@ def distill(
     merged.eval()
     result.wall_s = round(time.perf_counter() - start, 2)
     return merged, result
-
-
-def _teacher_cache(config: DistillConfig, windows: torch.Tensor, teacher_id: str,
-                   teacher: nn.Module) -> TeacherTopK | None:
-    if not config.teacher_cache:
-        return None
-    from gapprune.models.loading import default_cache_dir
-
-    root = default_cache_dir() / "teacher_topk" if config.teacher_cache == "auto" else Path(config.teacher_cache)
-    dtype = next(teacher.parameters()).dtype
-    return TeacherTopK(root, windows, teacher_id=teacher_id, teacher_dtype=dtype, k=config.top_k,
-                       temperature=config.temperature)
 
 
 def result_record(result: DistillResult) -> dict[str, Any]:
