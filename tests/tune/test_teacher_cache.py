@@ -72,3 +72,17 @@ def test_a_window_is_marked_done_only_with_its_rows_and_the_key_includes_k(tmp_p
 def test_the_cache_needs_top_k(tmp_path):
     with pytest.raises(ValueError, match="top_k"):
         DistillConfig(teacher_cache=str(tmp_path))
+
+
+def test_a_full_disk_is_a_clear_error_at_the_start_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def no_space(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space, raising=False)
+    windows = torch.randint(0, 200, (6, 16))
+    with pytest.raises(OSError, match="teacher cache needs .* MB .*--teacher-cache"):
+        TeacherTopK(tmp_path / "topk", windows, teacher_id="tiny", teacher_dtype=torch.float32, k=4, temperature=1.0)
+    assert list((tmp_path / "topk").iterdir()) == []

@@ -14,12 +14,14 @@ entry. The folder is keyed by the teacher, its dtype, k, the temperature and the
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -73,17 +75,38 @@ class TeacherTopK:
 
 
 def _create(folder: Path, n: int, length: int, k: int, meta: dict[str, object]) -> None:
-    """Make the empty cache beside `folder`, then rename it into place (another process may win the race)."""
+    """Make the empty cache beside `folder`, then rename it into place (another process may win the race).
+
+    The files get their disk blocks now: a full disk is a clear error here, not a crash (SIGBUS) at
+    the first write into a sparse memory-mapped file an hour into training.
+    """
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    files = (("logp.f32", 4 * n * length * k), ("ids.i32", 4 * n * length * k), ("done.u8", n))
     try:
-        for name, dtype, shape in (("logp.f32", np.float32, (n, length, k)), ("ids.i32", np.int32, (n, length, k)),
-                                   ("done.u8", np.uint8, (n,))):
-            np.memmap(tmp / name, dtype=dtype, mode="w+", shape=shape).flush()
+        for name, size in files:
+            with open(tmp / name, "wb") as f:
+                _allocate(f, size, name, folder.parent)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         os.rename(tmp, folder)
     except OSError:
-        if not folder.is_dir():
+        if not folder.is_dir():  # else another process made the same cache first
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _allocate(f: BinaryIO, size: int, name: str, where: Path) -> None:
+    """Give `f` `size` bytes of disk now; where the system cannot, leave it sparse."""
+    if not hasattr(os, "posix_fallocate"):  # macOS
+        f.truncate(size)
+        return
+    try:
+        os.posix_fallocate(f.fileno(), 0, size)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, f"the teacher cache needs {size / 2**20:,.0f} MB for {name} in {where}; free "
+                          "disk space there, point --teacher-cache at another folder, or lower --top-k") from error
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        f.truncate(size)
