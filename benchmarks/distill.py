@@ -51,11 +51,14 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
                        "wall_s": result.wall_s, "train_s": result.wall_s, "val_loss": result.val_loss,
                        "lr": config.lr, "settings": asdict(config)}
     config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=args.max_steps,
-                           teacher=args.teacher, self_windows=args.self_windows, schedule=args.schedule, **DISTILL,
+                           teacher=args.teacher, self_windows=args.self_windows, schedule=args.schedule,
+                           top_k=args.top_k, teacher_cache=args.teacher_cache,
+                           **{**DISTILL, "batch_size": args.batch_size, "micro_batch": min(DISTILL["micro_batch"], args.batch_size)},
                            **{**METHODS[method], **({"lr": args.lr} if args.lr else {})})
     model, result = distill(model, tokenizer, config, checkpoint_dir=run_dir / "ckpt")
     return model, {"steps": result.steps, "tokens": result.tokens, "wall_s": result.wall_s, "train_s": result.train_s,
                    "val_kl": result.val_kl, "teacher": result.teacher, "data_windows": result.data,
+                   "cache_hits": result.cache_hits,
                    "lr": config.learning_rate, "settings": asdict(config)}
 
 
@@ -94,6 +97,9 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the method's default)")
     p.add_argument("--schedule", default="constant", choices=["constant", "cosine"], help="rate after warm-up")
     p.add_argument("--start-point", action="store_true", help="first record the pruned folder's own perplexity")
+    p.add_argument("--batch-size", type=int, default=DISTILL["batch_size"], help="windows per optimiser step")
+    p.add_argument("--top-k", type=int, default=0, help="KL over the teacher's top-k plus a tail bucket (0: full vocabulary)")
+    p.add_argument("--teacher-cache", default=None, help="keep the teacher's top-k on disk (a folder, or auto); needs --top-k")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     from gapprune.api import load

@@ -96,7 +96,7 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                       "| ratio | of the model | " + " | ".join(ALLOCATORS) + " | GAP vs best baseline (WikiText-2 / PTB) "
                       "| gap + lsq |", "|---|---|" + "---|" * (len(ALLOCATORS) + 2)]
             for ratio in ratios:
-                def cell(allocator: str, compensate: str = "none") -> str:
+                def cell(allocator: str, compensate: str = "none", cells: dict = cells, ratio: float = ratio) -> str:
                     w, p = (cells.get((allocator, compensate, ratio, d)) for d in ("wikitext2", "ptb"))
                     return f"{fmt_ppl(w['ppl'])} / {fmt_ppl(p['ppl'])}" if w and p else "–"
 
@@ -127,22 +127,22 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
         for r in notes:
             if r["kind"] == "prune_run":
                 phases = ", ".join(f"{name} {sec / 60:.1f} min" for name, sec in r["phases"].items() if sec >= 30)
-                lines += [f"Default CLI prune at {100 * r['ratio']:.0f}% of the {r['ratio_of']} ({r['date']}, {r['machine']}): "
+                lines += [(f"Default CLI prune at {100 * r['ratio']:.0f}% of the {r['ratio_of']} ({r['date']}, {r['machine']}): "
                           f"{r['wall_s'] / 60:.1f} min ({phases}), peak RSS {r['peak_rss_mb']:,.0f} MB for "
                           f"{r['weights_mb']:,.0f} MB of {r['dtype']} weights. Code: {r.get('code', 'as committed that day')}. "
-                          f"Command: `{r['command']}`.", ""]
+                          f"Command: `{r['command']}`."), ""]
         for r in notes:
             if r["kind"] == "reload":
-                lines += [f"Reload of the saved GAP {100 * r['target_ratio']:.0f}% (of the {r.get('ratio_of', 'model')}) "
-                          f"`lsq` folder against the in-memory model: {reload_text(r)}.", ""]
+                lines += [(f"Reload of the saved GAP {100 * r['target_ratio']:.0f}% (of the {r.get('ratio_of', 'model')}) "
+                          f"`lsq` folder against the in-memory model: {reload_text(r)}."), ""]
         shots: dict[str, dict[str, dict]] = {}
         for r in notes:
             if r["kind"] == "zeroshot":
                 shots.setdefault(r["stage"], {})[r["task"]] = r
         if shots:
             limit = next(iter(next(iter(shots.values())).values()))["limit"]
-            lines += [f"Zero-shot accuracy (lm-evaluation-harness, first {limit} examples per task; the standard error "
-                      f"of a cell is up to ±{50 / limit ** 0.5:.0f} points):", ""]
+            lines += [(f"Zero-shot accuracy (lm-evaluation-harness, first {limit} examples per task; the standard error "
+                      f"of a cell is up to ±{50 / limit ** 0.5:.0f} points):"), ""]
             lines += zeroshot_rows(shots, "dense") + [""]
     return lines
 
@@ -154,10 +154,10 @@ def calib_section(records: list[dict]) -> list[str]:
     meta = records[0]
     cells = {(r["calib"], r.get("fit", r["calib"]), r["dataset"]): r["ppl"] for r in records}
     lines = ["## Data-free calibration (`--calib self`) vs WikiText-2 calibration", "",
-             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}` (the crossed rows with "
+             (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}` (the crossed rows with "
              f"`--swap`). SmolLM2-135M, GAP at {100 * meta['ratio']:.0f}%, auto profiler, obs, sequential lsq, 32 "
              "windows x 128 tokens (ΔL on the first 4); only the calibration text differs: the plan's (scores, loss "
-             "table) and the one lsq is fitted on. Perplexity on the first 256 windows of 128 tokens.", "",
+             "table) and the one lsq is fitted on. Perplexity on the first 256 windows of 128 tokens."), "",
              "| plan from | lsq fitted on | WikiText-2 | PTB | vs WikiText-2 for both |", "|---|---|---|---|---|"]
     ref = (cells.get(("wikitext2", "wikitext2", "wikitext2")), cells.get(("wikitext2", "wikitext2", "ptb")))
     for calib, fit in dict.fromkeys((r["calib"], r.get("fit", r["calib"])) for r in records):
@@ -181,8 +181,8 @@ def recovery_best_section(records: list[dict]) -> list[str]:
         return []
     meta = (ppl or [next(iter(next(iter(shots.values())).values()))])[0]
     lines = ["## Recovery from the best one-shot setting (obs + sequential lsq, then LoRA)", "",
-             f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. SmolLM2-135M, GAP at 25% "
-             "(auto profiler, benchmark calibration, obs, sequential lsq), then LoRA on Alpaca."]
+             (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. SmolLM2-135M, GAP at 25% "
+             "(auto profiler, benchmark calibration, obs, sequential lsq), then LoRA on Alpaca.")]
     lora = next((r for r in ppl if r.get("lora_steps")), None)
     if lora:
         lines[-1] += (f" LoRA: {lora['lora_steps']} steps x {lora['lora_batch']} examples ({lora['lora_examples']} "
@@ -200,8 +200,8 @@ def recovery_best_section(records: list[dict]) -> list[str]:
         lines.append("")
     if shots:
         limit = next(iter(shots.get("dense", next(iter(shots.values()))).values()))["limit"]
-        lines += [f"Zero-shot accuracy, first {limit} examples per task (the dense row is the 2026-11-29 measurement "
-                  "at the same limit, `docs/results/eval.json`); in brackets the share of the dense score:", ""]
+        lines += [(f"Zero-shot accuracy, first {limit} examples per task (the dense row is the 2026-11-29 measurement "
+                  "at the same limit, `docs/results/eval.json`); in brackets the share of the dense score:"), ""]
         lines += zeroshot_rows(shots, "dense") + [""]
     return lines
 
@@ -228,9 +228,9 @@ def distill_section(records: list[dict]) -> list[str]:
     if not ppl:
         return []
     lines = ["## Recovery by tuning: LoRA vs distillation (SmolLM2-135M; `benchmarks/distill.py`)", "",
-             "Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca "
+             ("Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca "
              "or the teacher's own (`self`; no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
-             "training time; machine and load per row in `docs/results/recovery.json`.", ""]
+             "training time; machine and load per row in `docs/results/recovery.json`."), ""]
     cells: dict[tuple, dict[str, float]] = defaultdict(dict)
     meta: dict[tuple, dict] = {}
     for r in ppl:
@@ -258,8 +258,8 @@ def distill_section(records: list[dict]) -> list[str]:
             shots.setdefault(name, {})[r["task"]] = r
     if len(shots) > 1:
         limit = next(iter(shots["dense"].values()))["limit"] if "dense" in shots else "?"
-        lines += ["", f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
-                  "the dense score:", ""]
+        lines += ["", (f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
+                  "the dense score:"), ""]
         lines += zeroshot_rows(shots, "dense")
     lines += other_model_tuning(tuned) + kl_shift_rows(records) + teacher_cache_rows(records)
     return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
@@ -270,8 +270,8 @@ def kl_shift_rows(records: list[dict]) -> list[str]:
     shifts = [r for r in records if r.get("kind") == "kl_shift"]
     if not shifts:
         return []
-    lines = ["", f"KL(teacher ‖ model) and NLL per token on the first {shifts[0]['windows']} test windows of 128 tokens, "
-             "before and after tuning (`benchmarks/kl_shift.py`; the teacher's own NLL in brackets):", "",
+    lines = ["", (f"KL(teacher ‖ model) and NLL per token on the first {shifts[0]['windows']} test windows of 128 tokens, "
+             "before and after tuning (`benchmarks/kl_shift.py`; the teacher's own NLL in brackets):"), "",
              "| teacher | model | WikiText-2 KL | WikiText-2 NLL | PTB KL | PTB NLL |", "|---|---|---|---|---|---|"]
     cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in shifts:
@@ -288,8 +288,8 @@ def teacher_cache_rows(records: list[dict]) -> list[str]:
     runs = [r for r in records if r.get("kind") == "teacher_cache"]
     if not runs:
         return []
-    lines = ["", "Seconds per step with the teacher on the fly and from `--teacher-cache` "
-             "(`benchmarks/teacher_cache.py`; decoder layers, 8 windows of 128 tokens a step, Alpaca):", "",
+    lines = ["", ("Seconds per step with the teacher on the fly and from `--teacher-cache` "
+             "(`benchmarks/teacher_cache.py`; decoder layers, 8 windows of 128 tokens a step, Alpaca):"), "",
              "| model | pruned | teacher outputs | steps | s/step | cache hits | losses as the filling run |",
              "|---|---|---|---|---|---|---|"]
     for r in runs:
@@ -308,8 +308,8 @@ def other_model_tuning(tuned: list[dict]) -> list[str]:
                    r.get("lr"))][r["dataset"]] = r
     if not cells:
         return []
-    lines = ["", "Other models (pruned with `gapprune prune MODEL --ratio R --ratio-of decoder`, defaults; records in "
-             "`docs/results/recovery.json` with their commands):", "",
+    lines = ["", ("Other models (pruned with `gapprune prune MODEL --ratio R --ratio-of decoder`, defaults; records in "
+             "`docs/results/recovery.json` with their commands):"), "",
              "| model | decoder ratio | method | lr | text | minutes | steps | windows | CPU | WikiText-2 | PTB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(cells, key=lambda k: (k[0], k[1], k[2])):
@@ -328,11 +328,11 @@ def dense_section(records: list[dict]) -> list[str]:
         return []
     lines = [
         "## Dense SmolLM2-135M perplexity (full test splits)", "",
-        f"Machine: {records[0]['machine']}; date {records[0]['date']}. Command: "
+        (f"Machine: {records[0]['machine']}; date {records[0]['date']}. Command: "
         "`python benchmarks/compare.py dense --data-dir ../shared/data --datasets D --seq-lens T --out docs/results/dense.json` "
         "(rows joined with blank lines, tokenised once without BOS, non-overlapping windows). "
         "Wall times were taken while other benchmark jobs shared the two cores, so they overstate the cost "
-        "on an idle machine.", "",
+        "on an idle machine."), "",
         "| dataset | split | seq_len | windows | tokens | ppl | wall (s) |", "|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['dataset']} | {r['split']} | {r['seq_len']} | {r['windows']} | {r['tokens']:,} | {r['ppl']:.3f} | "
@@ -348,9 +348,9 @@ def allocator_section(records: list[dict]) -> list[str]:
     meta = ppl[0]
     lines = [
         "## Allocators on SmolLM2-135M (same loss table, criterion `activation`, no compensation)", "",
-        f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. Calibration: 32 windows x 128 "
+        (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. Calibration: 32 windows x 128 "
         "tokens of WikiText-2 *validation* (statistics), the first 4 of them (512 tokens) for the KL loss table; "
-        "MLP options every 48 channels, every 4th replayed and the rest interpolated. One loss table serves all ratios.", "",
+        "MLP options every 48 channels, every 4th replayed and the rest interpolated. One loss table serves all ratios."), "",
     ]
     phases = [r for r in records if r.get("kind") == "phase" and "allocator" not in r]
     if phases:
@@ -419,9 +419,9 @@ def recovery_section(records: list[dict]) -> list[str]:
     lora = next(iter(loras.values()), None)
     lines = [
         "## Recovery: compensation and LoRA (GAP, SmolLM2-135M)", "",
-        f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. One loss table (the "
+        (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. One loss table (the "
         "allocator benchmark's), Gram statistics from 32 windows x 128 tokens of WikiText-2 validation (even batches "
-        "fit, odd batches check). Perplexity on the first 256 windows of 128 tokens of each test split.", "",
+        "fit, odd batches check). Perplexity on the first 256 windows of 128 tokens of each test split."), "",
     ]
     if lora:
         lines += [f"LoRA: `gapprune tune` settings through the API on the `lsq` model, {lora['lora_steps']} steps x "
@@ -433,8 +433,8 @@ def recovery_section(records: list[dict]) -> list[str]:
                   "(the rows it replaced are in the commit history).", ""]
     for r in records:
         if r["stage"] == "reload":
-            lines += [f"Reload check of the saved {100 * r['ratio']:.0f}% `lsq` folder against the in-memory model: "
-                      f"{reload_text(r)}.", ""]
+            lines += [(f"Reload check of the saved {100 * r['ratio']:.0f}% `lsq` folder against the in-memory model: "
+                      f"{reload_text(r)}."), ""]
     lines += ["| ratio | stage | WikiText-2 | PTB | stage wall (s) |", "|---|---|---|---|---|"]
     for ratio in sorted({r["ratio"] for r in records if r["stage"] != "reload"}):
         for stage in ("dense", "none", "lsq", "bias", "lora"):
@@ -457,13 +457,13 @@ def methods_section(records: list[dict]) -> list[str]:
     methods = list(dict.fromkeys(r["method"] for r in records))
     lines = [
         "## Lower loss at the same size: compensation-aware table, OBS, sequential compensation", "",
-        f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. GAP plans from the auto "
+        (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. GAP plans from the auto "
         "profiler on the benchmark calibration (ΔL on 4 windows x 128 tokens, statistics and Grams on 32); `none` "
         "saves without compensation, every other row with `lsq` (ridge 1.0). `aware`: the loss table measured with "
         "each option compensated as saved; `obs`: units chosen by greedy structured OBS; `sequential`: lsq fitted "
         "layer by layer on the pruned model's own inputs. Perplexity on the first 256 windows of 128 tokens. "
         "`aware, in-sample`: the first version, whose table refitted each option on the Gram half that holds "
-        "the profiling windows; `aware` refits on the other half.", "",
+        "the profiling windows; `aware` refits on the other half."), "",
         "| ratio | method | WikiText-2 | PTB | exact ΔL entries | compensation (s, machine shared with other jobs) |",
         "|---|---|---|---|---|---|",
     ]
@@ -484,9 +484,9 @@ def compensation_section(records: list[dict]) -> list[str]:
     variants = list(dict.fromkeys((r["method"], r["ridge"]) for r in records))
     lines = [
         "### Choosing the `lsq` ridge (validation splits)", "",
-        f"Command: `{meta['command']}` ({meta['date']}). Perplexity on the first {meta['windows']} windows of 128 "
+        (f"Command: `{meta['command']}` ({meta['date']}). Perplexity on the first {meta['windows']} windows of 128 "
         "tokens of the *validation* splits; `applied` = components whose held-out reconstruction error the "
-        "compensation lowered (the others keep their weights).", "",
+        "compensation lowered (the others keep their weights)."), "",
         "| ratio | compensation | WikiText-2 val | PTB val | applied / kept original |", "|---|---|---|---|---|",
     ]
     for ratio in sorted({r["ratio"] for r in records}):
@@ -508,12 +508,12 @@ def eval_section(records: list[dict]) -> list[str]:
     metric = {r["task"]: r["metric"] for r in records}
     lines = [
         "## Zero-shot accuracy (lm-evaluation-harness, local task files)", "",
-        f"Machine: {meta['machine']}; date {meta['date']}. Command per model: `{meta['command']}` with the 7 tasks "
+        (f"Machine: {meta['machine']}; date {meta['date']}. Command per model: `{meta['command']}` with the 7 tasks "
         "`boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa`, then "
         "`python benchmarks/render.py --eval ... --bench ... --date ...`. Budget: the first "
         f"{meta['limit']} examples of each task's evaluation split (lm-eval `--limit`, deterministic), not the full "
         f"sets, to fit the 2-core CPU; the standard error of each cell is at most ±{50 / meta['limit'] ** 0.5:.1f} points. Pruned models: GAP with "
-        "the default `lsq` compensation, saved and reloaded from their folders.", "",
+        "the default `lsq` compensation, saved and reloaded from their folders."), "",
         "| model | ratio | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in TASKS) + " | mean |",
         "|---|---|" + "---|" * (len(TASKS) + 1),
     ]
@@ -533,12 +533,12 @@ def bench_section(records: list[dict]) -> list[str]:
     meta = records[0]
     lines = [
         "## Speed and memory (`gapprune bench --vs`)", "",
-        f"Machine: {meta['machine']}; date {meta['date']}. Prompt 512 tokens (prefill), then 32 decoded tokens with "
+        (f"Machine: {meta['machine']}; date {meta['date']}. Prompt 512 tokens (prefill), then 32 decoded tokens with "
         "the KV cache; 1 warm-up and 5 timed repetitions, median (min–max). Ideal speedup = dense parameters / "
         "pruned parameters (every weight read once per token). Peak memory is the process's peak RSS on the CPU. "
-        "Commands in `bench.json`.", "",
-        "| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | peak RSS MB | decode speedup "
-        "| prefill speedup | ideal |", "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Commands in `bench.json`."), "",
+        ("| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | peak RSS MB | decode speedup "
+        "| prefill speedup | ideal |"), "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         if "speedup" not in r or r["ratio"] == 0:
@@ -603,9 +603,9 @@ def main() -> None:
     lines += bench_section(load("bench.json"))
     lines += ["## Profiling cost, Fisher profiler, calibration size", "",
               "See [performance.md](performance.md).", ""]
-    lines += ["## How to read these tables", "", "The readings of every table (what each comparison shows, caveats, "
-              "the numbers' history) are in", "[results_notes.md](results_notes.md); this page holds only the tables "
-              "rendered from `docs/results/*.json`.", ""]
+    lines += ["## How to read these tables", "", ("The readings of every table (what each comparison shows, caveats, "
+              "the numbers' history) are in"), ("[results_notes.md](results_notes.md); this page holds only the tables "
+              "rendered from `docs/results/*.json`."), ""]
     Path("docs/results.md").write_text("\n".join(lines) + "\n")
 
 
