@@ -115,3 +115,19 @@ def test_the_cosine_schedule_anneals_over_the_time_budget_or_the_steps():
     assert learning_rate_at(DistillConfig(lr=1e-3, warmup=1), 10, 20, 50.0) == pytest.approx(1e-3)  # constant
     with pytest.raises(ValueError, match="schedule must be"):
         DistillConfig(schedule="linear")
+
+
+def test_validation_text_is_watched_while_every_training_window_trains(tmp_path):
+    """`val_data`: the validation KL is taken on that text, and no training window is held out for it."""
+    teacher, student, tokenizer = teacher_and_student()
+    val_file = tmp_path / "keep.txt"
+    val_file.write_text(HELD_OUT)
+    config = DistillConfig(data=text_file(tmp_path), val_data=str(val_file), seq_len=32, batch_size=4, micro_batch=2,
+                           val_windows=1000, eval_every=1000, warmup=1, params="decoder", lr=3e-3)
+    tuned, result = distill(student, tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    n_train = pack_windows(tokenize_text((tmp_path / "train.txt").read_text(), tokenizer), 32, None).shape[0]
+    assert result.steps == n_train // 4  # one epoch over all the training windows
+    assert result.val_kl[-1][0] == result.steps
+    assert result.val_kl[-1][1] == pytest.approx(held_out_kl(tuned, teacher, tokenizer), rel=1e-5)
+    with pytest.raises(ValueError, match="val_data is the training text"):
+        DistillConfig(data="alpaca", val_data="alpaca")

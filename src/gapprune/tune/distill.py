@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ class DistillConfig:
     epochs: float = field(default=1.0, metadata={"help": "passes over the training windows"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many steps (0: epochs decide)"})
     max_seconds: float = field(default=0.0, metadata={"help": "stop once training has taken this long in all, resumed parts included (0: no limit)"})
-    val_windows: int = field(default=16, metadata={"help": "held-out training windows for the validation KL"})
+    val_windows: int = field(default=16, metadata={"help": "windows for the validation KL: held out of the training text, or drawn from val_data"})
+    val_data: str | None = field(default=None, metadata={"help": "text for the validation KL instead of a held-out slice of the training text (a file, or alpaca/self): watch the text you want to keep, not the one you tune on"})
     eval_every: int = field(default=50, metadata={"help": "steps between validation KLs"})
     save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
     seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
@@ -76,6 +78,8 @@ class DistillConfig:
             raise ValueError("temperature must be positive, top_k and lm_weight non-negative")
         if self.teacher_cache and not self.top_k:
             raise ValueError("teacher_cache stores the teacher's top-k outputs; set top_k too (e.g. 64)")
+        if self.val_data is not None and self.val_data == self.data:
+            raise ValueError("val_data is the training text; leave it unset to hold val_windows out of that text")
         if self.seq_len < 8 or self.batch_size <= 0 or self.micro_batch <= 0:
             raise ValueError("seq_len (>= 8), batch_size and micro_batch must be positive")
 
@@ -197,14 +201,18 @@ def distill(
 
     text_cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
     topk_cache = default_cache_dir() / "teacher_topk" if config.teacher_cache == "auto" else config.teacher_cache or None
-    windows, counts = training_windows(
-        config.data, tokenizer, config.seq_len, teacher=teacher, teacher_id=teacher_id,
-        self_windows=config.self_windows, self_len=config.self_len, cache_dir=text_cache, data_dir=config.data_dir,
-        seed=config.seed,
-    )
+    text = partial(training_windows, tokenizer=tokenizer, seq_len=config.seq_len, teacher=teacher, teacher_id=teacher_id,
+                   self_windows=config.self_windows, self_len=config.self_len, cache_dir=text_cache,
+                   data_dir=config.data_dir, seed=config.seed)
+    windows, counts = text(config.data)
     order = torch.randperm(windows.shape[0], generator=torch.Generator().manual_seed(config.seed))
-    train_index = order[config.val_windows :]  # rows of `windows`, which key the teacher cache
-    val, train = windows[order[: config.val_windows]], windows[train_index]
+    if config.val_data:  # every training window trains; the validation KL watches other text
+        val_pool, _ = text(config.val_data)
+        pick = torch.randperm(val_pool.shape[0], generator=torch.Generator().manual_seed(config.seed))
+        train_index, val = order, val_pool[pick[: config.val_windows]]
+    else:
+        train_index, val = order[config.val_windows :], windows[order[: config.val_windows]]
+    train = windows[train_index]  # rows of `windows` (train_index) key the teacher cache
     if train.shape[0] < config.batch_size:
         raise ValueError(f"{train.shape[0]} training windows are fewer than one batch of {config.batch_size}")
     torch.manual_seed(config.seed)
