@@ -52,6 +52,7 @@ def tune(method: str, model: torch.nn.Module, tokenizer, args) -> tuple[torch.nn
                        "lr": config.lr, "settings": asdict(config)}
     config = DistillConfig(data=args.data, data_dir=args.data_dir, max_seconds=seconds, max_steps=args.max_steps,
                            teacher=args.teacher, self_windows=args.self_windows, schedule=args.schedule,
+                           decay_fraction=args.decay_fraction,
                            top_k=args.top_k, teacher_cache=args.teacher_cache,
                            **{**DISTILL, "batch_size": args.batch_size, "micro_batch": min(DISTILL["micro_batch"], args.batch_size)},
                            **{**METHODS[method], **({"lr": args.lr} if args.lr else {})})
@@ -95,7 +96,8 @@ def main() -> None:
                    help="no training: the 7 tasks on the run folder's saved model (a finished run)")
     p.add_argument("--windows", type=int, default=256, help="perplexity on the first N windows of 128 tokens")
     p.add_argument("--lr", type=float, default=0.0, help="learning rate (0: the method's default)")
-    p.add_argument("--schedule", default="constant", choices=["constant", "cosine"], help="rate after warm-up")
+    p.add_argument("--schedule", default="constant", choices=["constant", "cosine", "wsd"], help="rate after warm-up")
+    p.add_argument("--decay-fraction", type=float, default=0.2, help="wsd: final share of the time over which the rate falls to 0")
     p.add_argument("--start-point", action="store_true", help="first record the pruned folder's own perplexity")
     p.add_argument("--batch-size", type=int, default=DISTILL["batch_size"], help="windows per optimiser step")
     p.add_argument("--top-k", type=int, default=0, help="KL over the teacher's top-k plus a tail bucket (0: full vocabulary)")

@@ -117,6 +117,21 @@ def test_the_cosine_schedule_anneals_over_the_time_budget_or_the_steps():
         DistillConfig(schedule="linear")
 
 
+def test_wsd_holds_the_rate_then_falls_linearly_to_zero_over_the_last_fraction():
+    from gapprune.tune.distill import learning_rate_at
+
+    timed = DistillConfig(lr=1e-3, warmup=2, schedule="wsd", decay_fraction=0.25, max_seconds=100.0)
+    assert learning_rate_at(timed, 0, 10**6, 0.0) == pytest.approx(5e-4)  # warm-up
+    assert learning_rate_at(timed, 50, 10**6, 75.0) == pytest.approx(1e-3)  # stable up to 75% of the time
+    assert learning_rate_at(timed, 60, 10**6, 87.5) == pytest.approx(5e-4)  # half-way down the decay
+    assert learning_rate_at(timed, 70, 10**6, 100.0) == pytest.approx(0.0, abs=1e-12)
+    stepped = DistillConfig(lr=1e-3, warmup=1, schedule="wsd", decay_fraction=0.5, max_steps=20)
+    assert learning_rate_at(stepped, 5, 20, 999.0) == pytest.approx(1e-3)
+    assert learning_rate_at(stepped, 15, 20, 999.0) == pytest.approx(5e-4)  # no time budget: steps decide
+    with pytest.raises(ValueError, match="decay_fraction"):
+        DistillConfig(schedule="wsd", decay_fraction=0.0)
+
+
 def test_validation_text_is_watched_while_every_training_window_trains(tmp_path):
     """`val_data`: the validation KL is taken on that text, and no training window is held out for it."""
     teacher, student, tokenizer = teacher_and_student()

@@ -53,7 +53,8 @@ class DistillConfig:
     alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
     lr: float = field(default=0.0, metadata={"help": "AdamW learning rate (0: 1e-4 for all parameters, 5e-4 for LoRA)"})
     warmup: int = field(default=10, metadata={"help": "linear warm-up steps, then the schedule"})
-    schedule: str = field(default="constant", metadata={"help": "rate after warm-up: constant, or cosine (decays to 0 at the end of max_seconds, else of max_steps or the epochs)"})
+    schedule: str = field(default="constant", metadata={"help": "rate after warm-up: constant; cosine (decays to 0 at the end of max_seconds, else of max_steps or the epochs); or wsd (constant, then linear to 0 over the last decay_fraction of that budget)"})
+    decay_fraction: float = field(default=0.2, metadata={"help": "wsd: the final share of the budget over which the rate falls linearly to 0"})
     temperature: float = field(default=1.0, metadata={"help": "softmax temperature of both models (loss scaled by T²)"})
     top_k: int = field(default=0, metadata={"help": "KL over the teacher's top-k plus a tail bucket (0: full vocabulary)"})
     teacher_cache: str | None = field(default=None, metadata={"help": "keep the teacher's top-k outputs on disk and reuse them when a window comes back (epochs, other students on the same text): a folder, or auto for $GAPPRUNE_CACHE/teacher_topk; needs top_k"})
@@ -70,8 +71,10 @@ class DistillConfig:
     seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
 
     def __post_init__(self) -> None:
-        if self.schedule not in ("constant", "cosine"):
-            raise ValueError(f"schedule must be constant or cosine, got {self.schedule!r}")
+        if self.schedule not in ("constant", "cosine", "wsd"):
+            raise ValueError(f"schedule must be constant, cosine or wsd, got {self.schedule!r}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.params not in ("lora", "all", "decoder"):
             raise ValueError(f"params must be lora, all or decoder, got {self.params!r}")
         if self.temperature <= 0 or self.top_k < 0 or self.lm_weight < 0:
@@ -102,17 +105,20 @@ class DistillResult:
 
 
 def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s: float) -> float:
-    """Linear warm-up, then constant or a cosine decay to 0.
+    """Linear warm-up, then constant, a cosine decay to 0, or warm-up-stable-decay (wsd).
 
-    The cosine follows the time budget when there is one (a run limited to an hour anneals over
-    that hour, however many steps it gets), else the step count. On SmolLM2 at 25% an hour of
-    cosine did no better than a constant rate (docs/recovery.md).
+    Decays follow the time budget when there is one (a run limited to an hour anneals over that
+    hour, however many steps it gets), else the step count. wsd holds the rate and falls linearly
+    to 0 over the last `decay_fraction` of the budget: the final descent removes the noise a
+    constant rate leaves in the last iterate, without the cosine's long stretch at small rates.
     """
     rate = config.learning_rate * min(1.0, (step + 1) / max(config.warmup, 1))
     if config.schedule == "constant" or step < config.warmup:
         return rate
-    progress = train_s / config.max_seconds if config.max_seconds else step / max(total_steps, 1)
-    return rate * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    progress = min(1.0, train_s / config.max_seconds if config.max_seconds else step / max(total_steps, 1))
+    if config.schedule == "wsd":
+        return rate * min(1.0, (1.0 - progress) / config.decay_fraction)
+    return rate * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _teacher_outputs(teacher: nn.Module, ids: torch.Tensor, index: torch.Tensor, config: DistillConfig,
