@@ -64,16 +64,19 @@ def save(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step:
 
 
 def resume(folder: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer, config: dict[str, Any],
-           may_change: frozenset[str], record: Any) -> int:
+           may_change: frozenset[str], record: Any, defaults: dict[str, Any] | None = None) -> int:
     """Load the checkpoint in `folder` into model, optimiser, RNG and `record`; returns its step (0: none).
 
-    Refuses a checkpoint written with other training settings (only `may_change` may differ).
+    Refuses a checkpoint written with other training settings (only `may_change` may differ). A
+    setting newer than the checkpoint counts as unchanged at its default (`defaults`): the run that
+    wrote it trained as that default does, so an upgrade does not strand a long run.
     """
     if folder is None or not (folder / STATE).is_file():
         return 0
     state = torch.load(folder / STATE, weights_only=False)
-    changed = sorted(k for k in set(config) | set(state["config"])
-                     if k not in may_change and config.get(k) != state["config"].get(k))
+    saved = {**{k: v for k, v in (defaults or {}).items() if k in config}, **state["config"]}
+    changed = sorted(k for k in set(config) | set(saved)
+                     if k not in may_change and config.get(k) != saved.get(k))
     if changed:
         raise ValueError(f"the checkpoint in {folder} was written with other settings ({', '.join(changed)}); "
                          "pass the same settings, or another checkpoint folder to start afresh")

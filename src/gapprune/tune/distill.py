@@ -232,7 +232,8 @@ def distill(
         Path(topk_cache), windows, teacher_id=teacher_id, teacher_dtype=next(teacher.parameters()).dtype,
         k=config.top_k, temperature=config.temperature)
     result = DistillResult(teacher_id, 0, 0, [], [], 0.0, counts)
-    step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result)
+    step = saved = ckpt.resume(checkpoint_dir, model, optimizer, asdict(config), RESUMABLE_CHANGES, result,
+                              defaults=asdict(DistillConfig()))
     model.train()
     bar = training_bar(f"distil ({config.params})", total_steps=total_steps, step=step,
                        max_seconds=config.max_seconds, seconds_done=result.train_s)
