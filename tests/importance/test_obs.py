@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from gapprune.importance import ScoringContext, score_units
-from gapprune.importance.obs import compact_, obs_order, removal_errors, remove_columns
+from gapprune.importance.obs import (
+    DAMP,
+    compact_,
+    damped_inverse,
+    obs_order,
+    obs_order_tokens,
+    removal_errors,
+    remove_columns,
+    select_,
+)
 from gapprune.models import get_adapter
 from tests.helpers import tiny_run
 
@@ -80,6 +89,36 @@ def test_in_place_compaction_equals_the_masked_copy(n):
     keep = torch.rand(n, generator=torch.Generator().manual_seed(n)) > 0.3
     expected = matrix[keep][:, keep].clone()
     assert torch.equal(compact_(matrix, keep, rows_per_copy=16), expected)
+
+
+def test_in_place_row_and_column_selection_equals_the_indexed_copy():
+    matrix = torch.randn(50, 80, dtype=torch.float64)
+    rows, columns = torch.arange(50), torch.tensor([0, 3, 4, 9, 40, 41, 79])
+    expected = matrix[:, columns].clone()
+    selected = select_(matrix, rows, columns, rows_per_copy=8)
+    assert torch.equal(selected, expected) and selected.data_ptr() == matrix.data_ptr()
+
+
+def test_damped_inverse_works_in_its_own_buffer_and_equals_the_inverse_of_the_summed_halves():
+    g = torch.Generator().manual_seed(3)
+    halves = [(x := torch.randn(200, 96, generator=g)).T @ x for _ in range(2)]
+    total = halves[0] + halves[1]
+    inverse = damped_inverse(halves, torch.float32)
+    assert inverse.is_contiguous()  # row-major, as the in-place compaction needs
+    assert torch.equal(inverse, damped_inverse(total, torch.float32))  # the parts summed exactly as the caller did
+    damped = total.double() + DAMP * float(total.diagonal().mean()) * torch.eye(96, dtype=torch.float64)
+    torch.testing.assert_close(inverse.double(), torch.linalg.inv(damped), rtol=1e-4, atol=1e-7)
+    assert torch.equal(halves[0] + halves[1], total)  # the halves are read, not written
+
+
+def test_orders_from_parts_equal_the_orders_from_the_joined_statistics():
+    g = torch.Generator().manual_seed(5)
+    weight = torch.randn(8, 64, generator=g)
+    fit, held_out = (torch.randn(6, 64, generator=g) * torch.linspace(0.2, 3.0, 64) for _ in range(2))
+    joined = torch.cat([fit, held_out])
+    assert obs_order_tokens(weight, [fit, held_out], 1, 4) == obs_order_tokens(weight, joined, 1, 4)
+    assert obs_order(weight, [fit.T @ fit, held_out.T @ held_out], 1, 4) == obs_order(weight, joined.T @ joined, 1, 4)
+    assert torch.equal(torch.cat([fit, held_out]), joined)  # the caller's rows are left as they were
 
 
 def test_float32_solve_keeps_the_float64_order_on_a_well_conditioned_layer():

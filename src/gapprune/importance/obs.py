@@ -17,6 +17,8 @@ Heads go one at a time (a head is `head_dim` columns); MLP channels in blocks of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from gapprune.calibrate.gram import TokenGram
@@ -35,21 +37,27 @@ def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int) -> torc
     return (torch.bmm(w, torch.linalg.inv(blocks)) * w).sum((1, 2))  # small blocks: invert, don't solve
 
 
-def compact_(matrix: torch.Tensor, keep: torch.Tensor, rows_per_copy: int = 256) -> torch.Tensor:
-    """matrix[keep][:, keep] written over the start of `matrix`'s own storage and returned as a view of it.
+def select_(matrix: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor, rows_per_copy: int = 256) -> torch.Tensor:
+    """matrix[rows][:, columns] written over the start of `matrix`'s own storage, returned as a view of it.
 
-    A boolean-mask copy of an 8,960-wide H⁻¹ allocates another 640 MB (float64) and is the slowest
-    step of a greedy OBS pass; this copies `rows_per_copy` kept rows at a time, front to back. Kept
-    row i lands at [i·k, (i+1)·k), never past where a later kept row (index ≥ i+1, so starting at
-    ≥ (i+1)·n) is still to be read, so nothing unread is overwritten."""
-    assert matrix.is_contiguous() and matrix.shape[0] == matrix.shape[1]
-    kept = keep.nonzero().flatten()
-    k = len(kept)
+    `rows` and `columns` ascending. A copy of an 8,960-wide matrix is another 320 MB (float32) and, in
+    a greedy OBS pass, the slowest step; this copies `rows_per_copy` selected rows at a time, front to
+    back. Selected row j lands at [j·k, (j+1)·k), never past where a later selected row (index ≥ j+1,
+    so starting at ≥ (j+1)·n) is still to be read, so nothing unread is overwritten."""
+    assert matrix.is_contiguous() and matrix.dim() == 2
+    k = len(columns)
     flat = matrix.view(-1)
-    for start in range(0, k, rows_per_copy):
-        block = matrix.index_select(0, kept[start : start + rows_per_copy]).index_select(1, kept)
+    for start in range(0, len(rows), rows_per_copy):
+        block = matrix.index_select(0, rows[start : start + rows_per_copy]).index_select(1, columns)
         flat[start * k : start * k + block.numel()] = block.flatten()
-    return flat[: k * k].view(k, k)
+    return flat[: len(rows) * k].view(len(rows), k)
+
+
+def compact_(matrix: torch.Tensor, keep: torch.Tensor, rows_per_copy: int = 256) -> torch.Tensor:
+    """matrix[keep][:, keep] over `matrix`'s own storage (`select_`): H⁻¹ of the kept columns."""
+    assert matrix.shape[0] == matrix.shape[1]
+    kept = keep.nonzero().flatten()
+    return select_(matrix, kept, kept, rows_per_copy)
 
 
 def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,23 +73,34 @@ def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tens
     return weight, compact_(hinv.contiguous(), keep).addmm_(rows.T, block_inv @ rows, alpha=-1)
 
 
-def damped_inverse(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(H + DAMP·mean(diag H)·I)⁻¹ in `dtype` through a Cholesky factor; float64 if `dtype`'s fails."""
-    h = gram.to("cpu", dtype, copy=True)  # (n_in, n_in): for an MLP the largest matrix of the run, so no eye()-sized temporaries
+def damped_inverse(gram: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """(H + DAMP·mean(diag H)·I)⁻¹ in `dtype` through a Cholesky factor; float64 if `dtype`'s fails.
+
+    `gram` may come in parts (the calibration halves), summed here into the one n × n buffer this
+    function factors and inverts in place: for an MLP the largest matrix of the run (321 MB at a
+    width of 8,960), so no caller-held sum, eye()-sized temporary, or LAPACK copy of the factor or
+    of the inverse (three more n² buffers before; the peak of a bf16 prune of a 1.5B model)."""
+    parts = [gram] if isinstance(gram, torch.Tensor) else list(gram)
+    h = parts[0].to("cpu", copy=True)
+    for part in parts[1:]:
+        h.add_(part.to("cpu"))
+    h = h.to(dtype)
     h.diagonal().add_(DAMP * float(h.diagonal().mean())).add_(_TINY)  # = h + DAMP·mean·I + 1e-12·I, in place
+    # LAPACK works on column-major storage; H is symmetric (XᵀX is, to the bit), so its transpose is
+    # the same numbers in the order LAPACK wants, and potrf and potri run in h's own storage
+    column_major = h.mT
     info = torch.empty((), dtype=torch.int32)
-    chol, _ = torch.linalg.cholesky_ex(h, out=(h, info))  # factored over h's own storage: one n² buffer fewer
+    chol, _ = torch.linalg.cholesky_ex(column_major, out=(column_major, info))
     if int(info) != 0:
         if dtype == torch.float64:
             raise torch.linalg.LinAlgError("the damped Gram matrix is not positive definite even in float64")
-        return damped_inverse(gram, torch.float64)
-    inverse = torch.cholesky_inverse(chol)
-    # LAPACK hands back a column-major matrix; H⁻¹ is symmetric, so its transpose is the same
-    # numbers in row-major order, which the in-place compaction needs (no copy)
-    return inverse if inverse.is_contiguous() else inverse.mT.contiguous()
+        del h, chol, column_major
+        return damped_inverse(parts, torch.float64)
+    inverse = torch.cholesky_inverse(chol, out=chol).mT  # row-major again: the compaction needs it
+    return inverse if inverse.is_contiguous() else inverse.contiguous()
 
 
-def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: int = 1,
+def obs_order(weight: torch.Tensor, gram: torch.Tensor | Sequence[torch.Tensor], width: int, per_step: int = 1,
               dtype: torch.dtype = torch.float32) -> list[int]:
     """Units (of `width` columns) in greedy OBS removal order, `per_step` of least error at a time.
 
@@ -103,24 +122,37 @@ def obs_order(weight: torch.Tensor, gram: torch.Tensor, width: int, per_step: in
     return order
 
 
-def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor, width: int, per_step: int = 1,
+def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor | Sequence[torch.Tensor], width: int, per_step: int = 1,
                      dtype: torch.dtype = torch.float32) -> list[int]:
     """`obs_order` for H = XᵀX given as its rows X (t, n) with t ≪ n (`TokenGram`), same order.
 
     With δ the damping, Woodbury gives H_KK⁻¹ = (I − X_Kᵀ M X_K)/δ with M = (δI + X_K X_Kᵀ)⁻¹, a
     t × t matrix: the removal errors need the w × w diagonal blocks of H_KK⁻¹ and the update the
-    rows of the removed columns, so a step costs O(t²k) and memory stays t·n, never n²."""
-    x = rows.to("cpu", dtype)
+    rows of the removed columns, so a step costs O(t²k) and memory stays t·n, never n².
+    `rows` may come in parts (the calibration halves): they are joined into the one t × n buffer
+    this function owns and shrinks in place, so a caller's joined copy is not held beside it (on a
+    1.5B model's MLP each t × n buffer is 147 MB, and OBS scoring sets the peak of a bf16 prune)."""
+    parts = [rows] if isinstance(rows, torch.Tensor) else list(rows)
+    x = torch.cat([part.to("cpu", dtype) for part in parts])
+    del parts, rows
     w = weight.detach().to("cpu", dtype)
     t, n = x.shape
     out = w.shape[0]
     delta = DAMP * float(x.double().square().sum()) / n + _TINY  # = DAMP·mean(diag XᵀX) + 1e-12, as obs_order
-    eye_t, eye_w = torch.eye(t, dtype=dtype), torch.eye(width, dtype=dtype)
+    eye_w = torch.eye(width, dtype=dtype)
+    every_row = torch.arange(t)
     alive = torch.arange(n // width)
+    info = torch.empty((), dtype=torch.int32)
     order: list[int] = []
     while len(alive):
         units = len(alive)
-        p = torch.cholesky_solve(x, torch.linalg.cholesky(x @ x.T + delta * eye_t))  # M X_K, (t, k)
+        gram = x @ x.T
+        gram.diagonal().add_(delta)
+        chol, _ = torch.linalg.cholesky_ex(gram, out=(gram, info))  # over its own storage
+        if int(info) != 0:
+            raise torch.linalg.LinAlgError("δI + X_K X_Kᵀ is not positive definite: the calibration rows hold NaN or inf")
+        p = torch.cholesky_solve(x, chol)  # M X_K, (t, k)
+        del chol, gram
         xu = x.view(t, units, width).permute(1, 2, 0)  # (units, w, t)
         pu = p.view(t, units, width).permute(1, 0, 2)  # (units, t, w)
         blocks = (eye_w - torch.bmm(xu, pu)) / delta  # diagonal blocks of H_KK⁻¹, (units, w, w)
@@ -132,11 +164,12 @@ def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor, width: int, per_s
         keep = torch.ones(units * width, dtype=torch.bool)
         keep[columns] = False
         hinv_rows = -(x[:, columns].T @ p)  # rows S of H_KK⁻¹ times δ: E_S − X_Sᵀ M X_K
+        del xu, pu, p  # the next step's M X_K is not made beside this one
         hinv_rows[torch.arange(len(columns)), columns] += 1
         hinv_rows /= delta
         block_inv = torch.linalg.inv(hinv_rows[:, columns])
         w = w[:, keep] - (w[:, columns] @ block_inv) @ hinv_rows[:, keep]
-        x = x[:, keep].contiguous()
+        x = select_(x, every_row, keep.nonzero().flatten())  # X_K over X's own storage
         kept = torch.ones(units, dtype=torch.bool)
         kept[take] = False
         alive = alive[kept]
@@ -158,9 +191,9 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     per_step = 1 if component == "attn" else max(1, n_units // CHANNEL_BLOCKS)
     scores = torch.empty(n_units, dtype=torch.float64)
     if isinstance(fit, TokenGram) and isinstance(held_out, TokenGram):  # every calibration token's row
-        order = obs_order_tokens(out.weight, (fit + held_out).rows, width, per_step)
+        order = obs_order_tokens(out.weight, [fit.rows, held_out.rows], width, per_step)
     else:
         assert isinstance(fit, torch.Tensor) and isinstance(held_out, torch.Tensor)
-        order = obs_order(out.weight, fit + held_out, width, per_step)  # every calibration token
+        order = obs_order(out.weight, [fit, held_out], width, per_step)  # every calibration token, summed in place
     scores[order] = torch.arange(n_units, dtype=torch.float64)
     return scores
