@@ -269,6 +269,7 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
     stage, windows = f"gap{int(ratios[0] * 100)}-of-{of}-lsq", [] if a.zeroshot_only else \
         [Window(d, windows=a.windows) for d in DATASETS]
     base = {"model": a.model, "kind": "ppl", "profiler": "auto", "ratio_of": of}
+    mixed = {"calib": b.base.calib} if b.base.calib != PruneConfig.calib else {}  # the dense model has no calibration
     fields = {"criterion": b.base.criterion, "calib_samples": b.base.calib_samples,
               "profile_samples": b.base.profile_samples}
     shots = {"model": a.model, "kind": "zeroshot", "ratio_of": of}
@@ -276,10 +277,10 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
               zeroshot=a.zeroshot_limit, zeroshot_labels={**shots, "stage": "dense"})
     for ratio in ratios:
         for name in ALLOCATORS:
-            yield Run({**base, "allocator": name, "compensate": "none", "target_ratio": ratio},
+            yield Run({**base, **mixed, "allocator": name, "compensate": "none", "target_ratio": ratio},
                       {"ratio": ratio, "allocator": name, "compensate": "none"}, windows, fields)
         first = ratio == ratios[0]
-        yield Run({**base, "allocator": "gap", "compensate": "lsq", "target_ratio": ratio}, {"ratio": ratio}, windows,
+        yield Run({**base, **mixed, "allocator": "gap", "compensate": "lsq", "target_ratio": ratio}, {"ratio": ratio}, windows,
                   fields, save=f"{a.folders}/{Path(a.model).name}-{stage}" if first else None,
                   reload={"model": a.model, "kind": "reload", "target_ratio": ratio, "ratio_of": of} if first else None,
                   zeroshot=a.zeroshot_limit if first else 0, zeroshot_labels={**shots, "stage": stage})
@@ -354,6 +355,7 @@ def main() -> None:
     p.add_argument("--mlp-stride", type=int, default=CALIBRATION["mlp_stride"])
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--calibs", default="self,wikitext2")
+    p.add_argument("--calib", default=None, help="families --defaults: calibration text, e.g. wikitext2+ptb")
     p.add_argument("--swap", action="store_true", help="calib: also each plan compensated on the other text")
     p.add_argument("--rounds", type=int, default=1, help="refine rounds")
     p.add_argument("--ridge", type=float, default=1.0)
@@ -388,7 +390,8 @@ def main() -> None:
     profile = a.profile or (PROFILE if shared else f"{a.folders}/{Path(a.model).name}-profile" if study == "families"
                             else None)
     if a.defaults and study == "families":
-        base = PruneConfig(ratio=0.25, compensate="lsq", ratio_of=a.ratio_of, data_dir=a.data_dir)
+        base = PruneConfig(ratio=0.25, compensate="lsq", ratio_of=a.ratio_of, data_dir=a.data_dir,
+                           **({"calib": a.calib} if a.calib else {}))
     bench = Bench(a, base, profile)
     for run in STUDIES[study](a, bench):
         bench.measure(run)

@@ -34,7 +34,7 @@ class PruneConfig:
     allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
     criterion: str = field(default="obs", metadata={"help": "which units go: obs (greedy structured OBS on the output projection, the default)|activation|fluctuation|magnitude|taylor"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
-    calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, or 'self'"})
+    calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, 'self', or several joined by '+' (wikitext2+ptb: equal parts, interleaved)"})
     calib_split: str = field(default="validation", metadata={"help": "split of a named calibration set"})
     calib_samples: int = field(default=32, metadata={"help": "calibration windows for statistics and importance"})
     profile_samples: int = field(default=8, metadata={"help": "windows (a prefix of the calibration set) used for the loss table"})
@@ -57,6 +57,11 @@ class PruneConfig:
     dtype: str = field(default="auto", metadata={"help": "the weights' dtype from load to the saved folder: auto (the checkpoint's own on a GPU, float32 on a CPU)|float32|bfloat16|float16; losses, statistics and solves accumulate in float32"})
 
     @property
+    def calib_sources(self) -> list[str]:
+        """The calibration texts `calib` names: one, or several joined by '+'."""
+        return self.calib.split("+")
+
+    @property
     def table_compensation(self) -> str:
         """How the loss table's options are compensated: part of a profile's identity."""
         return f"{self.compensate}, ridge {self.ridge}" if self.compensation_aware else "none"
@@ -74,6 +79,11 @@ class PruneConfig:
             raise ValueError(f"screen_stride must be >= 0 (1 screens every option, 0 chooses by size), got {self.screen_stride}")
         if self.profile_samples > self.calib_samples:
             raise ValueError("profile_samples cannot exceed calib_samples (profiling uses a prefix of them)")
+        if "self" in self.calib_sources and len(self.calib_sources) > 1 or "" in self.calib_sources:
+            raise ValueError(f"calib {self.calib!r}: name data sets or files joined by '+' ('self' stands alone)")
+        if len(self.calib_sources) > self.calib_samples:
+            raise ValueError(f"calib names {len(self.calib_sources)} sources, more than calib_samples "
+                             f"({self.calib_samples}): raise --calib-samples")
         if self.ratio_of not in ("model", "decoder"):
             raise ValueError(f"ratio_of must be model or decoder, got {self.ratio_of!r}")
         if self.compensate not in ("lsq", "bias", "none"):

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gapprune.data import consecutive_windows, load_text, read_text_file, sample_windows
+from gapprune.config import PruneConfig
+from gapprune.data import consecutive_windows, load_text, mixed_windows, read_text_file, sample_windows
 
 
 def test_missing_named_set_says_where_it_looked(tmp_path, monkeypatch):
@@ -73,3 +74,44 @@ def test_bos_is_detected_from_what_the_tokenizer_adds(tiny_model_folder):
         single="<eos> $A", special_tokens=[("<eos>", bos)]
     )
     assert bos_token_id(tokenizer) == bos  # added before every text (Gemma)
+
+
+def test_one_source_mix_is_the_plain_sample():
+    ids = torch.arange(1000)
+    assert torch.equal(mixed_windows([ids], 6, 64, seed=3), sample_windows(ids, 6, 64, seed=3))
+
+
+def test_mixed_sources_alternate_so_every_prefix_is_balanced():
+    first, second = torch.arange(0, 1000), torch.arange(5000, 6000)
+    windows = mixed_windows([first, second], 7, 32, seed=0)
+    from_second = (windows[:, 0] >= 5000).tolist()
+    assert from_second == [False, True, False, True, False, True, False]
+    assert torch.equal(windows[0::2], sample_windows(first, 4, 32, seed=0))
+    assert torch.equal(windows[1::2], sample_windows(second, 3, 32, seed=1))
+
+
+def test_mixed_calibration_names_are_checked():
+    assert PruneConfig(ratio=0.25, calib="wikitext2+ptb").calib_sources == ["wikitext2", "ptb"]
+    with pytest.raises(ValueError, match="'self' stands alone"):
+        PruneConfig(ratio=0.25, calib="self+ptb")
+    with pytest.raises(ValueError, match="joined by"):
+        PruneConfig(ratio=0.25, calib="wikitext2+")
+    with pytest.raises(ValueError, match="raise --calib-samples"):
+        PruneConfig(ratio=0.25, calib="wikitext2+ptb+a.txt", calib_samples=2, profile_samples=2, screen_samples=1)
+
+
+def test_calibration_ids_mix_two_files_in_equal_parts(tiny_model_folder, tmp_path):
+    from transformers import AutoTokenizer
+
+    from gapprune.pipeline import calibration_ids
+
+    folder, text_file = tiny_model_folder
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    other = tmp_path / "other.txt"
+    other.write_text("lazy dog " * 400)
+    config = PruneConfig(ratio=0.25, calib=f"{text_file}+{other}", calib_samples=6, profile_samples=2,
+                         screen_samples=1, seq_len=16)
+    ids = calibration_ids(None, tokenizer, config)  # no model: text calibration never runs it
+    other_ids = set(tokenizer("lazy dog " * 4, add_special_tokens=False)["input_ids"])
+    only_other = [set(row.tolist()) <= other_ids for row in ids]
+    assert ids.shape == (6, 16) and only_other == [False, True] * 3

@@ -2,7 +2,7 @@
 
 from gapprune.data.selfgen import self_generated_windows
 from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file
-from gapprune.data.text import bos_token_id, consecutive_windows, sample_windows, tokenize_text
+from gapprune.data.text import bos_token_id, consecutive_windows, mixed_windows, sample_windows, tokenize_text
 
 __all__ = [
     "DATA_ENV",
@@ -10,6 +10,7 @@ __all__ = [
     "bos_token_id",
     "consecutive_windows",
     "load_text",
+    "mixed_windows",
     "read_text_file",
     "sample_windows",
     "self_generated_windows",

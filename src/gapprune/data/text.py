@@ -68,3 +68,21 @@ def sample_windows(
     generator = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, ids.numel() - text_len, (n_samples,), generator=generator)
     return _with_bos(torch.stack([ids[s : s + text_len] for s in starts.tolist()]), bos_id)
+
+
+def mixed_windows(
+    sources: list[torch.Tensor], n_samples: int, seq_len: int, seed: int, bos_id: int | None = None
+) -> torch.Tensor:
+    """`n_samples` seeded windows drawn evenly from several token streams, interleaved. (n, T)
+
+    Source k gives every len(sources)-th window, starting at the k-th, so every prefix of the result
+    (the loss table is measured on one) holds the sources in equal parts, to within one window.
+    """
+    if not 1 <= len(sources) <= n_samples:
+        raise ValueError(f"{len(sources)} calibration sources need between 1 and {n_samples} (the sample count) of them")
+    parts = [sample_windows(ids, len(range(k, n_samples, len(sources))), seq_len, seed + k, bos_id)
+             for k, ids in enumerate(sources)]
+    out = torch.empty(n_samples, parts[0].shape[1], dtype=parts[0].dtype)
+    for k, part in enumerate(parts):
+        out[k :: len(sources)] = part
+    return out

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
-from gapprune.data import bos_token_id, load_text, sample_windows, self_generated_windows, tokenize_text
+from gapprune.data import bos_token_id, load_text, mixed_windows, self_generated_windows, tokenize_text
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.phases import timed
@@ -47,12 +47,15 @@ class Calibration:
 
 
 def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
-    """Calibration windows (n, T): seeded samples of a data set or file, or text the model writes."""
+    """Calibration windows (n, T): seeded samples of data sets or files, or text the model writes.
+
+    `wikitext2+ptb` mixes sources in equal parts, interleaved, so the loss table's prefix sees each:
+    a plan measured on one domain alone carries that domain's blind spots to every other."""
     if config.calib == "self":
         return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
-    text = load_text(config.calib, config.calib_split, config.data_dir)
-    return sample_windows(tokenize_text(text, tokenizer), config.calib_samples, config.seq_len, config.seed,
-                          bos_id=bos_token_id(tokenizer))
+    sources = [tokenize_text(load_text(name, config.calib_split, config.data_dir), tokenizer)
+               for name in config.calib_sources]
+    return mixed_windows(sources, config.calib_samples, config.seq_len, config.seed, bos_id=bos_token_id(tokenizer))
 
 
 def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
