@@ -86,12 +86,19 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
         dense = {r["dataset"]: r["ppl"] for r in rows if r["allocator"] == "dense"}
         if dense:
             lines += [f"Dense: {dense.get('wikitext2', float('nan')):.2f} / {dense.get('ptb', float('nan')):.2f}.", ""]
-        for ratio_of in ("decoder", "model"):
+        calibs = dict.fromkeys(r.get("calib", DEFAULT_CALIB) for r in rows if r["allocator"] != "dense")
+        for calib, ratio_of in [(c, of) for c in calibs for of in ("decoder", "model")]:
             cells = {(r["allocator"], r["compensate"], r["target_ratio"], r["dataset"]): r for r in rows
-                     if r.get("ratio_of", "model") == ratio_of and r["allocator"] != "dense"}
+                     if r.get("ratio_of", "model") == ratio_of and r["allocator"] != "dense"
+                     and r.get("calib", DEFAULT_CALIB) == calib}
             ratios = sorted({key[2] for key in cells})
             if not ratios:
                 continue
+            if calib != DEFAULT_CALIB:
+                first = next(iter(cells.values()))
+                lines += [(f"Calibrated on `--calib {calib}` instead (validation splits, equal parts interleaved; "
+                           f"{first['date']}, {first['machine']}; command: `{first['command']}`), every allocator "
+                           "and its OBS unit choice alike:"), ""]
             lines += [f"Ratios as fractions of the {'decoder layers' if ratio_of == 'decoder' else 'whole model'}:", "",
                       "| ratio | of the model | " + " | ".join(ALLOCATORS) + " | GAP vs best baseline (WikiText-2 / PTB) "
                       "| gap + lsq |", "|---|---|" + "---|" * (len(ALLOCATORS) + 2)]
@@ -150,6 +157,9 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                       f"of a cell is up to ±{50 / limit ** 0.5:.0f} points):"), ""]
             lines += zeroshot_rows(shots, "dense") + [""]
     return lines
+
+
+DEFAULT_CALIB = "wikitext2"  # PruneConfig's calib; records name theirs only when it differs
 
 
 def baseline_plus(record: dict) -> bool:
