@@ -145,8 +145,9 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                           f"Command: `{r['command']}`."), ""]
         for r in notes:
             if r["kind"] == "reload":
+                calibrated = f", calibrated on `{r['calib']}`," if "calib" in r else ""
                 lines += [(f"Reload of the saved GAP {100 * r['target_ratio']:.0f}% (of the {r.get('ratio_of', 'model')}) "
-                          f"`lsq` folder against the in-memory model: {reload_text(r)}."), ""]
+                          f"`lsq` folder{calibrated} against the in-memory model: {reload_text(r)}."), ""]
         shots: dict[str, dict[str, dict]] = {}
         for r in notes:
             if r["kind"] == "zeroshot":
