@@ -4,10 +4,6 @@
     python benchmarks/budgets.py plans     # speedup 1.5x, 2.0x and memory plans vs parameter plans
     python benchmarks/budgets.py speedup:2 # (or speedup, memory) some targets only, e.g. one process each
 
-Run it as `python -c "import runpy, sys; sys.argv = ['budgets.py', 'plans']; runpy.run_path('benchmarks/budgets.py',
-run_name='__main__')"` or from another folder: benchmarks/gguf.py shadows the gguf package when the script's
-folder is first on sys.path.
-
 Records go to docs/results/budgets.json. The profile folder is `gapprune profile smollm2-135m --out
 runs/budgets/profile` (default settings); every plan below reads its loss table.
 """

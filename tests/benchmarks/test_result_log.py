@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-# Loaded from its file: putting benchmarks/ on sys.path would let benchmarks/gguf.py shadow the gguf package.
+# Loaded from its file: benchmarks/ is not a package and stays off sys.path.
 _spec = importlib.util.spec_from_file_location("benchmarks_common", Path(__file__).resolve().parents[2] / "benchmarks" / "common.py")
 assert _spec is not None and _spec.loader is not None
 _common = importlib.util.module_from_spec(_spec)

@@ -1,9 +1,9 @@
 """SmolLM2-135M dense vs GAP-pruned, exported to GGUF and run in llama.cpp (cyllama): perplexity and speed.
 
-    python benchmarks/gguf.py --phase ppl   --data-dir ../shared/data
-    python benchmarks/gguf.py --phase speed --rounds 3
+    python benchmarks/llamacpp.py --phase ppl   --data-dir ../shared/data
+    python benchmarks/llamacpp.py --phase speed --rounds 3
     # another model's pruned folder alone, f16, 64 windows:
-    python benchmarks/gguf.py --phase ppl --models qwen2.5-coder-1.5b=runs/q15-gap-25 --ratios 0.25 \
+    python benchmarks/llamacpp.py --phase ppl --models qwen2.5-coder-1.5b=runs/q15-gap-25 --ratios 0.25 \
         --ratio-of decoder --types f16 --windows 64 --data-dir ../shared/data
 
 Perplexity: WikiText-2 test, first 256 windows of 128 tokens (no BOS), the same token windows for
