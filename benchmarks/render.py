@@ -59,16 +59,18 @@ def zeroshot_rows(rows: dict[str, dict[str, dict]], dense: str) -> list[str]:
 
 
 def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
-    models = [m for m in dict.fromkeys(r.get("model") for r in ppl) if m and m != "smollm2-135m"]
-    lines = ["## Other families: Gemma-3-270M, Qwen2.5-Coder-0.5B and Qwen2.5-Coder-1.5B", ""]
+    models = [m for m in dict.fromkeys(r.get("model") for r in ppl) if m]
+    lines = ["## Per model: Gemma-3-270M, Qwen2.5-Coder-0.5B and -1.5B, and SmolLM2-135M at the CLI's defaults", ""]
     for model in models:
         rows = [r for r in ppl if r.get("model") == model and r.get("profiler") == "auto" and r.get("kind") == "ppl"]
         if not rows:
             continue
         notes = [r for r in extra if r.get("model") == model]
-        meta = next((r for r in rows if r["allocator"] != "dense" and r.get("ratio_of") == "decoder"), None)
+        pruned = [r for r in rows if r["allocator"] != "dense"]
+        meta = next((r for r in pruned if r.get("ratio_of") == "decoder"), pruned[0] if pruned else None)
         if meta is None:
             continue
+        both_ratio_ofs = len({r.get("ratio_of", "model") for r in pruned}) > 1
         windows = meta["windows"]
         lines += [f"### `{model}`", "",
                   f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. "
@@ -78,11 +80,13 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                   f"profiler, one table grown ratio by ratio. Perplexity: first {windows} windows of 128 tokens of the "
                   f"test splits{' (BOS + 127 text tokens per window)' if meta.get('bos') else ''}. Cells: WikiText-2 / "
                   "PTB; GAP and the baselines without compensation, `gap + lsq` with the default sequential lsq. "
+                  + ("Under `obs` the units' scores are their removal ranks, the same in every layer, so `global` "
+                     "is `uniform` by construction. " if meta.get("criterion") == "obs" else "")
+                  + 
                   f"Runs on {' or '.join(sorted({r['machine'] for r in rows if not baseline_plus(r)}))}; other jobs shared the two cores for "
                   "parts of them (times in the records overstate the cost)."
                   + (" The whole-model 25% row ran first, alone on two threads, and stopped at 50%, which this model "
-                     "cannot reach (`--ratio-of`)." if any(r.get("ratio_of") == "model" and r["allocator"] != "dense"
-                                                         for r in rows) else ""), ""]
+                     "cannot reach (`--ratio-of`)." if both_ratio_ofs else ""), ""]
         dense = {r["dataset"]: r["ppl"] for r in rows if r["allocator"] == "dense"}
         if dense:
             lines += [f"Dense: {dense.get('wikitext2', float('nan')):.2f} / {dense.get('ptb', float('nan')):.2f}.", ""]
@@ -111,7 +115,8 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                 lines.append(f"| {100 * ratio:.1f}% | {100 * achieved:.1f}% | " + " | ".join(cell(a) for a in ALLOCATORS)
                              + f" | {gap_change(cells, 'none', ratio, ALLOCATORS[1:])} | {cell('gap', 'lsq')} |")
             lines.append("")
-            compensated = sorted({(key[0], key[2]) for key in cells if key[1] == "lsq" and key[0] != "gap"})
+            compensated = sorted({(key[0], key[2]) for key in cells if key[1] == "lsq" and key[0] != "gap"},
+                                 key=lambda pair: (pair[1], ALLOCATORS.index(pair[0])))
             if compensated:
                 runs = [r for r in rows if baseline_plus(r)]
                 lines += [("The default compensation (sequential lsq) after a baseline's allocation too, at the CLI's "
@@ -372,7 +377,8 @@ def dense_section(records: list[dict]) -> list[str]:
 
 
 def allocator_section(records: list[dict]) -> list[str]:
-    records = [r for r in records if r.get("model", "smollm2-135m") == "smollm2-135m"]  # others: families_section
+    # One exact table for all allocators; other models, and SmolLM2 at the CLI's defaults (auto profiler): families_section.
+    records = [r for r in records if r.get("model", "smollm2-135m") == "smollm2-135m" and r.get("profiler") != "auto"]
     ppl = [r for r in records if r.get("kind") == "ppl"]
     if not ppl:
         return []
