@@ -82,8 +82,7 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
                   "PTB; GAP and the baselines without compensation, `gap + lsq` with the default sequential lsq. "
                   + ("Under `obs` the units' scores are their removal ranks, the same in every layer, so `global` "
                      "is `uniform` by construction. " if meta.get("criterion") == "obs" else "")
-                  + 
-                  f"Runs on {' or '.join(sorted({r['machine'] for r in rows if not baseline_plus(r)}))}; other jobs shared the two cores for "
+                  + f"Runs on {' or '.join(sorted({r['machine'] for r in rows if not baseline_plus(r)}))}; other jobs shared the two cores for "
                   "parts of them (times in the records overstate the cost)."
                   + (" The whole-model 25% row ran first, alone on two threads, and stopped at 50%, which this model "
                      "cannot reach (`--ratio-of`)." if both_ratio_ofs else ""), ""]

@@ -1,0 +1,21 @@
+"""A benchmark script runs with benchmarks/ first on sys.path: its name must not hide an installed module."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_no_benchmark_script_shadows_an_installed_module(script: Path) -> None:
+    # benchmarks/gguf.py once hid the gguf package from transformers' GGUF loader
+    spec = importlib.util.find_spec(script.stem)
+    assert spec is None, f"benchmarks/{script.name} shadows the installed module {spec.origin}: rename the script"
+
+
+def test_the_check_sees_a_shadowing_name() -> None:
+    assert importlib.util.find_spec("gguf") is not None  # the name that once collided is installed
