@@ -70,6 +70,20 @@ def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given
     assert best_refit_error(weight, damped, cols(order[:2]))[0] >= best_pair - 1e-9
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_single_column_units_take_the_diagonal_path_with_the_block_formula_s_exact_numbers(dtype):
+    # MLP channels (width 1) skip the batched 1 × 1 inverses; they must give the block formula's errors
+    g = torch.Generator().manual_seed(7)
+    weight = torch.randn(6, 30, generator=g, dtype=dtype)
+    x = torch.randn(50, 30, generator=g, dtype=dtype)
+    hinv = torch.linalg.inv(x.T @ x + torch.eye(30, dtype=dtype))
+    w = weight.view(6, 30, 1).transpose(0, 1)  # (units, out, 1): the general path's layout
+    blocks = hinv.diagonal().view(30, 1, 1)
+    via_blocks = (torch.bmm(w, torch.linalg.inv(blocks)) * w).sum((1, 2))
+    assert torch.equal(removal_errors(weight, hinv, 1), via_blocks)
+    assert torch.allclose(removal_errors(weight, hinv, 1), (weight.square() / hinv.diagonal()).sum(0), rtol=1e-5)
+
+
 @pytest.mark.parametrize(("seed", "width"), [(4, 1), (5, 2), (6, 3)])
 def test_every_greedy_step_removes_the_unit_of_least_refit_error_given_those_gone(seed, width):
     units = 6

@@ -32,6 +32,10 @@ _TINY = float(torch.tensor(1e-12, dtype=torch.float32))  # keeps the positive-de
 def removal_errors(weight: torch.Tensor, hinv: torch.Tensor, width: int) -> torch.Tensor:
     """E(u) = tr(W_u (H⁻¹_uu)⁻¹ W_uᵀ) of every unit u (`width` consecutive columns)."""
     n_units = weight.shape[1] // width
+    if width == 1:  # MLP channels: the blocks are H⁻¹'s diagonal, so no batch of 1 × 1 inverses and
+        # matmuls (a sixth of an 8,960-wide layer's OBS time); the same products and sum order, bit for bit
+        w1 = weight.T.contiguous()  # (units, out)
+        return (w1 * hinv.diagonal().reciprocal().unsqueeze(1)).mul_(w1).sum(1)
     blocks = hinv.view(n_units, width, n_units, width).diagonal(dim1=0, dim2=2).permute(2, 0, 1)  # (units, w, w)
     w = weight.view(weight.shape[0], n_units, width).transpose(0, 1)  # (units, out, w)
     return (torch.bmm(w, torch.linalg.inv(blocks)) * w).sum((1, 2))  # small blocks: invert, don't solve
