@@ -98,7 +98,9 @@ def prune(
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     needs_calibration = plan is None or config.compensate != "none"
     reused = profile.scores if profile is not None else None  # checked against this model in plan_for
-    calibration = calibrate(model, tokenizer, config, scores=reused) if needs_calibration else None
+    # a given plan names its kept units: its calibration only compensates, so no unit scoring (OBS on
+    # a 1.5B model is a quarter of an hour)
+    calibration = calibrate(model, tokenizer, config, scores=reused, score=plan is None) if needs_calibration else None
     adapter = get_adapter(model)
     timings = timings if timings is not None else {}
     if plan is None:

@@ -68,6 +68,8 @@ def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, c
     assert run["machine"]["cores"] >= 1 and run["throughput"]["dense_forward_tokens_per_s"] > 0
     without_ratio = [a for a in prune_args(folder, text, tmp_path / "again", "--plan", str(plan)) if a not in ("--ratio", "0.3")]
     assert main(without_ratio) == 0  # the plan carries its ratio
+    again = json.loads((tmp_path / "again" / "run.json").read_text())["phases"]
+    assert "capture" in again and "importance" not in again  # calibrated to compensate, not scored: the plan names its units
     assert torch.equal(logits(tmp_path / "first"), logits(tmp_path / "again"))
     assert json.loads(plan.read_text())["layers"] == json.loads((tmp_path / "again" / "plan.json").read_text())["layers"]
 

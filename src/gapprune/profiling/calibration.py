@@ -31,10 +31,18 @@ class Calibration:
     ids: torch.Tensor  # (n, T) calibration token ids
     inputs: LayerInputs
     stats: CalibrationStats
-    scores: UnitScores
+    scores: UnitScores | None  # None: not scored, for a given plan (it names its kept units)
     profile_inputs: LayerInputs  # the prefix of the calibration batches the loss table is measured on
     gram: GramStats | None = None  # output-projection input Gram matrices, for compensation
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def unit_scores(self) -> UnitScores:
+        """The scores, for whatever profiles or plans from this calibration."""
+        if self.scores is None:
+            raise ValueError("this calibration was taken without unit scores (to apply a given plan); "
+                             "calibrate with score=True to profile or plan")
+        return self.scores
 
     def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
@@ -42,7 +50,7 @@ class Calibration:
                     if LATER_SETTINGS.get(name, object()) != getattr(config, name)}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
                  "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
-        scores = json.dumps(self.scores.to_dict()).encode()
+        scores = json.dumps(self.unit_scores.to_dict()).encode()
         return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
 
 
@@ -59,29 +67,31 @@ def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config
 
 
 def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
-              gram: bool | None = None, scores: UnitScores | None = None) -> Calibration:
+              gram: bool | None = None, scores: UnitScores | None = None, score: bool = True) -> Calibration:
     """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores.
 
     `scores`: a saved profile's unit scores, reused instead of scored again (obs on a 1.5B model is
-    minutes); `Profile.check_matches` then checks the weights through freshly measured layer signals."""
+    minutes); `Profile.check_matches` then checks the weights through freshly measured layer signals.
+    `score=False`: no scores at all, for compensating a given plan (it names its kept units)."""
     timings: dict[str, float] = {}
     with timed(timings, "calibration_data"):
         ids = calibration_ids(model, tokenizer, config)
-    return calibrate_on(model, ids, config, gram, timings, scores)
+    return calibrate_on(model, ids, config, gram, timings, scores, score)
 
 
 def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
-                 timings: dict[str, float] | None = None, scores: UnitScores | None = None) -> Calibration:
+                 timings: dict[str, float] | None = None, scores: UnitScores | None = None,
+                 score: bool = True) -> Calibration:
     """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""
     adapter = get_adapter(model)
     timings = dict(timings or {})
     stats = CalibrationStats()
-    wants_gram = config.compensate != "none" or config.criterion == "obs" or config.compensation_aware
+    wants_gram = config.compensate != "none" or (score and config.criterion == "obs") or config.compensation_aware
     with timed(timings, "capture"):
         inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
     # Grams one layer at a time, replayed from the cached inputs when read: memory does not grow with depth
     grams = LayerGrams(adapter, inputs) if (wants_gram if gram is None else gram) else None
-    if scores is None:
+    if scores is None and score:
         with timed(timings, "importance"):
             grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
             scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)

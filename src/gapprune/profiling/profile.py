@@ -75,7 +75,7 @@ class Profile:
             detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
             raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
                              "or use the same settings as the profile")
-        if calibration.scores is self.scores:  # reused, not measured: check the weights through fresh signals
+        if calibration.unit_scores is self.scores:  # reused, not measured: check the weights through fresh signals
             fresh = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, self.scores)
             for name in ("block_influence", "outlier_ratio"):
                 mine, now = getattr(self.signals, name), getattr(fresh, name)
@@ -92,10 +92,10 @@ def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
     timings = dict(calibration.timings)
     with timed(timings, "signals"):
-        signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.scores)
+        signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.unit_scores)
     with timed(timings, "profiling"):
         table = measure_table(calibration, config, checkpoint_dir, complete)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
     settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
-    return Profile(calibration.scores, signals, table, total, calibration.fingerprint(config), settings, timings,
+    return Profile(calibration.unit_scores, signals, table, total, calibration.fingerprint(config), settings, timings,
                    calibration.adapter.decoder_params())

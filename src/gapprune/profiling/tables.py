@@ -64,7 +64,7 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
 
     `auto` without `complete` stops at the estimate: `complete_table` finishes it for a ratio later.
     """
-    adapter, scores = calibration.adapter, calibration.scores
+    adapter, scores = calibration.adapter, calibration.unit_scores
     total = sum(p.numel() for p in adapter.model.parameters())
     step = step_of(adapter, config)
     if not needs_loss_table(config):
@@ -139,7 +139,7 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     adapter = calibration.adapter
     layers = shard_layers(adapter.n_layers)
     table = build_loss_table_batched(adapter, calibration.profile_inputs.first(config.screen_samples),
-                                     calibration.scores, metric=config.metric, channel_step=step_of(adapter, config),
+                                     calibration.unit_scores, metric=config.metric, channel_step=step_of(adapter, config),
                                      mlp_stride=config.mlp_stride, layers=layers,
                                      desc=f"auto: screening ({config.screen_samples} window(s))",
                                      compensation=table_compensation(calibration, config),
@@ -175,7 +175,7 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     if not table.measured:
         raise ValueError("this profile holds parameter costs only (profiled for a baseline allocator); "
                          "profile again for the gap allocator")
-    adapter, scores, inputs = calibration.adapter, calibration.scores, calibration.profile_inputs
+    adapter, scores, inputs = calibration.adapter, calibration.unit_scores, calibration.profile_inputs
     device = next(adapter.model.parameters()).device
     budget = budget_params(total_params, config.ratio, adapter.decoder_params(), config.ratio_of)
 
