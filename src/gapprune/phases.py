@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -27,10 +29,32 @@ def peak_rss_mb() -> float:
     return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
 
 
+def return_free_memory() -> None:
+    """Give the heap's free pages back to the OS (glibc's `malloc_trim`; elsewhere nothing).
+
+    A phase's freed temporaries stay resident when live blocks sit between them, and the next
+    phase's working set then stacks on top: a 1.5B prune entered surgery with ~1.1 GB of such pages
+    (its surgery peaked 1.1 GB above the same surgery run on its own)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return None
+
+
 @contextmanager
 def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
+    return_free_memory()
     timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
     PEAK_RSS_AFTER[phase] = peak_rss_mb()
     log.info("%s took %.1f s (peak RSS so far %.0f MB)", phase, timings[phase], PEAK_RSS_AFTER[phase])
