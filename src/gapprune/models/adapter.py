@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gapprune.models.pages import release_file_pages
+
 
 @dataclass(frozen=True)
 class LayerShape:
@@ -165,7 +167,8 @@ class ModelAdapter(ABC):
 
 
 def slice_linear(linear: nn.Linear, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> nn.Linear:
-    """A new Linear holding `linear`'s weight rows (outputs) and columns (inputs) at sorted ids."""
+    """A new Linear holding `linear`'s weight rows (outputs) and columns (inputs) at sorted ids, to
+    replace it: the old weight's memory-mapped pages are handed back (`pages.py`)."""
     weight = linear.weight.data  # (out, in)
     bias = linear.bias.data if linear.bias is not None else None
     if rows is not None:
@@ -174,12 +177,14 @@ def slice_linear(linear: nn.Linear, rows: torch.Tensor | None = None, cols: torc
         bias = bias.index_select(0, rows) if bias is not None else None
     if cols is not None:
         weight = weight.index_select(1, cols.to(weight.device))
+    if rows is None and cols is None:
+        weight = weight.clone()
     out_features, in_features = weight.shape
-    new = nn.Linear(in_features, out_features, bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    new.weight.data.copy_(weight)
+    new = nn.Linear(in_features, out_features, bias=bias is not None, device="meta")  # no init, no second copy
+    new.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
     if bias is not None:
-        new.bias.data.copy_(bias)
-    new.weight.requires_grad_(linear.weight.requires_grad)
+        new.bias = nn.Parameter(bias.clone() if rows is None else bias, requires_grad=linear.bias.requires_grad)
+    release_file_pages(p.data for p in linear.parameters())
     return new
 
 

@@ -25,6 +25,7 @@ from torch import nn
 from gapprune.models.adapter import ADAPTERS
 from gapprune.models.llama import LlamaFamilyAdapter
 from gapprune.models.modeling_gapprune import GEMMA3_NORMS, remove_sub_block_
+from gapprune.models.pages import release_file_pages
 
 
 @ADAPTERS.register_architecture("Gemma3ForCausalLM")
@@ -64,13 +65,15 @@ class Gemma3Adapter(LlamaFamilyAdapter):
 
     # -- surgery: whole sub-blocks take both of their norms ----------------------------------
     def prune_attention_(self, layer: int, kept_heads: Sequence[int]) -> None:
-        if not kept_heads and self._attn(layer) is not None:
+        if not kept_heads and (attn := self._attn(layer)) is not None:
+            release_file_pages(p.data for p in attn.parameters())
             remove_sub_block_(self.layers[layer], "attn", GEMMA3_NORMS)
             return
         super().prune_attention_(layer, kept_heads)
 
     def prune_mlp_(self, layer: int, kept_channels: Sequence[int]) -> None:
-        if not kept_channels and self._mlp(layer) is not None:
+        if not kept_channels and (mlp := self._mlp(layer)) is not None:
+            release_file_pages(p.data for p in mlp.parameters())
             remove_sub_block_(self.layers[layer], "mlp", GEMMA3_NORMS)
             return
         super().prune_mlp_(layer, kept_channels)

@@ -14,6 +14,7 @@ from torch import nn
 
 from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, Projections, slice_linear
 from gapprune.models.modeling_gapprune import RemovedAttention, RemovedMLP
+from gapprune.models.pages import release_file_pages
 
 
 @ADAPTERS.register_architecture("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -107,6 +108,7 @@ class LlamaFamilyAdapter(ModelAdapter):
                 raise ValueError(f"layer {layer}: attention is already removed, cannot keep heads {list(kept_heads)}")
             return
         if not kept_heads:
+            release_file_pages(p.data for p in attn.parameters())
             block.self_attn = RemovedAttention(attn.layer_idx)
             block.input_layernorm = nn.Identity()
             return
@@ -144,6 +146,7 @@ class LlamaFamilyAdapter(ModelAdapter):
                 raise ValueError(f"layer {layer}: the MLP is already removed")
             return
         if not kept_channels:
+            release_file_pages(p.data for p in mlp.parameters())
             block.mlp = RemovedMLP()
             block.post_attention_layernorm = nn.Identity()
             return
