@@ -33,8 +33,9 @@ def return_free_memory() -> None:
     """Give the heap's free pages back to the OS (glibc's `malloc_trim`; elsewhere nothing).
 
     A phase's freed temporaries stay resident when live blocks sit between them, and the next
-    phase's working set then stacks on top: a 1.5B prune entered surgery with ~1.1 GB of such pages
-    (its surgery peaked 1.1 GB above the same surgery run on its own)."""
+    phase's working set then stacks on top: a SmolLM2 prune entered surgery with 701 MB of anonymous
+    memory, 365 MB after a trim; on the 1.5B model trimming lowered the peaks through OBS scoring and
+    profiling by about 460 MB each."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
