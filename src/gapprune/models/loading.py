@@ -220,18 +220,16 @@ def dtype_copy(folder: Path, dtype: torch.dtype) -> Path:
 
     Loading bf16 from the float32 file reads and holds every float32 byte while converting (SmolLM2:
     1.16 GB peak against 0.47 GB for float32); a file already in the dtype is mapped as it is.
-    Tensors are read one at a time with `pread`, so the conversion holds the result only.
+    Tensors are read, cast and written one at a time, so the conversion holds one tensor.
     """
-    from gapprune.models.streaming.safetensors_io import folder_sources, read_tensor, write_safetensors
+    from gapprune.models.streaming.safetensors_io import convert_safetensors, folder_sources
 
     target = folder.with_name(f"{folder.name}-{dtype_name(dtype)}")
     if (target / "config.json").is_file():
         return target
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
     try:
-        tensors = {name: read_tensor(source, dtype) for name, source in folder_sources(folder).items()}
-        write_safetensors(tmp / "model.safetensors", tensors)
-        del tensors
+        convert_safetensors(tmp / "model.safetensors", folder_sources(folder), dtype)
         for item in folder.iterdir():
             if item.is_file() and not item.name.endswith((".safetensors", ".index.json")):
                 shutil.copyfile(item, tmp / item.name)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,19 +62,43 @@ def read_tensor(source: TensorSource, dtype: torch.dtype | None = None, device: 
 
 def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> int:
     """Write tensors as one safetensors file without an in-memory copy of the whole; returns data bytes."""
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    layout = {name: (t.dtype, tuple(t.shape)) for name, t in cpu.items()}
+    return _write(path, layout, lambda name: cpu[name])
+
+
+def convert_safetensors(path: Path, sources: dict[str, TensorSource], dtype: torch.dtype) -> int:
+    """Copy tensors into one safetensors file with their floating-point ones cast to `dtype`.
+
+    One tensor is read, cast and written at a time, so converting a model holds one tensor, not
+    the whole converted model (a 70B float32 checkpoint would otherwise need 140 GB for bf16).
+    """
+    def target(source: TensorSource) -> torch.dtype:
+        return dtype if source.dtype.is_floating_point else source.dtype
+
+    layout = {name: (target(source), source.shape) for name, source in sources.items()}
+    return _write(path, layout, lambda name: read_tensor(sources[name], dtype))
+
+
+def _write(path: Path, layout: dict[str, tuple[torch.dtype, tuple[int, ...]]],
+           tensor: Callable[[str], torch.Tensor]) -> int:
+    """The header from dtypes and shapes, then each tensor's bytes as `tensor(name)` produces them."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
-    for name, t in cpu.items():
-        size = t.numel() * t.element_size()
-        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+    for name, (dtype, shape) in layout.items():
+        size = math.prod(shape) * dtype.itemsize
+        header[name] = {"dtype": _NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     with path.open("wb") as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
-        for t in cpu.values():
-            if t.numel():
+        for name, (dtype, shape) in layout.items():
+            if math.prod(shape):
+                t = tensor(name).contiguous()
+                if t.dtype != dtype or tuple(t.shape) != shape:
+                    raise AssertionError(f"{name}: produced {t.dtype} {tuple(t.shape)}, header says {dtype} {shape}")
                 f.write(t.view(-1).view(torch.uint8).numpy().data)
+                del t  # before the next tensor is produced
     return offset
