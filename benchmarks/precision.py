@@ -24,27 +24,30 @@ from pathlib import Path
 MODEL, RATIO = "smollm2-135m", 0.25
 
 
-def run_prune(dtype: str, out: Path, windows: int, device: str = "cpu") -> dict:
+def run_prune(dtype: str, out: Path, windows: int, device: str = "cpu", model: str = MODEL) -> dict:
     """The CLI's default prune in `dtype`; peak RSS (MB) and wall seconds from /usr/bin/time -v."""
-    argv = [sys.executable, "-m", "gapprune", "prune", MODEL, "--ratio", str(RATIO), "--dtype", dtype,
+    argv = [sys.executable, "-m", "gapprune", "prune", model, "--ratio", str(RATIO), "--dtype", dtype,
             "--device", device, "--out", str(out), "--overwrite", "--no-plots", "--eval", "wikitext2",
             "--eval-windows", str(windows)]
+    timer = ["/usr/bin/time", "-v"] if Path("/usr/bin/time").is_file() else []  # not on every GPU image
     start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, check=False)
+    done = subprocess.run([*timer, *argv], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    run_record = json.loads((out / "run.json").read_text())
+    found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+    peak_mb = round(int(found.group(1)) / 1024, 1) if found else run_record.get("peak_rss_mb")
     evaluation = json.loads((out / "eval.json").read_text())
     ppl = next(r["ppl"] for r in evaluation if r["model"] == "pruned")
     dense = next(r["ppl"] for r in evaluation if r["model"] == "dense")
-    return {"model": MODEL, "dtype": dtype, "device": device, "ratio": RATIO, "ppl": ppl, "dense_ppl": dense,
-            "peak_rss_mb": round(rss_kb / 1024, 1), "wall_s": round(wall, 1), "command": " ".join(["/usr/bin/time", "-v", "python", *argv[1:]]),
+    return {"model": model, "dtype": dtype, "device": device, "ratio": RATIO, "ppl": ppl, "dense_ppl": dense,
+            "peak_rss_mb": peak_mb, "wall_s": round(wall, 1), "command": " ".join([*timer, "python", *argv[1:]]),
             "timings": json.loads((out / "profile.json").read_text()).get("timings", {}),
-            "peak_rss_mb_after": json.loads((out / "run.json").read_text()).get("peak_rss_mb_after", {})}
+            "peak_rss_mb_after": run_record.get("peak_rss_mb_after", {})}
 
 
-def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[str, float]:
+def summed_exact_losses(folders: dict[str, Path], device: str = "cpu", model: str = MODEL) -> dict[str, float]:
     """Σ exact float32 ΔL of each folder's plan, on the float32 folder's table (missing entries measured)."""
     import numpy as np
 
@@ -73,8 +76,8 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu") -> dict[s
         import torch
 
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference table is float32, as on the CPU
-        model, tokenizer = load(MODEL, dtype="float32", device=device)
-        calibration = calibrate(model, tokenizer, replace(config, device=device))
+        loaded, tokenizer = load(model, dtype="float32", device=device)
+        calibration = calibrate(loaded, tokenizer, replace(config, device=device))
         adapter, inputs = calibration.adapter, calibration.profile_inputs
         reference = dense_reference(adapter, inputs, config.metric, torch.device(device))
         base = dense_base(adapter, inputs, reference, config.metric, torch.device(device))
@@ -95,16 +98,17 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/precision")
     parser.add_argument("--windows", type=int, default=256, help="WikiText-2 test windows of 128 tokens")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default=MODEL, help="alias, folder or GGUF file (default: the embedded SmolLM2)")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="dtypes to prune in (comma-separated)")
     parser.add_argument("--reference", default=None,
                         help="an earlier float32 run's folder (e.g. the CPU one): its plan and table are the reference")
     args = parser.parse_args()
     folders = {dtype: Path(args.runs) / f"{dtype}-{args.device.replace(':', '')}" for dtype in args.dtypes.split(",")}
-    records = [run_prune(dtype, folder, args.windows, args.device) for dtype, folder in folders.items()]
+    records = [run_prune(dtype, folder, args.windows, args.device, args.model) for dtype, folder in folders.items()]
     if args.reference:
         folders = {"float32": Path(args.reference), **{d: f for d, f in folders.items() if d != "float32"}}
         records.insert(0, {"dtype": "float32", "folder": args.reference, "role": "reference plan and table"})
-    sums = summed_exact_losses(folders, args.device)
+    sums = summed_exact_losses(folders, args.device, args.model)
     for record in records:
         record["summed_dl_exact"] = sums[record["dtype"]]
     f32, other = records[0], records[-1]

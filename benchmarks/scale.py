@@ -44,6 +44,7 @@ def make_model(args: argparse.Namespace) -> None:
                          head_dim=args.hidden // args.heads, vocab_size=args.vocab, tie_word_embeddings=args.tie,
                          max_position_embeddings=4096)
     config.architectures = ["LlamaForCausalLM"]
+    config.dtype = args.dtype  # what `--dtype auto` reads on a GPU
     config.save_pretrained(out)
     text = Path(args.text).read_text()[:200_000] if args.text else "the quick brown fox jumps over the lazy dog. " * 200
     bpe = Tokenizer(models.BPE(unk_token=None))
@@ -55,9 +56,10 @@ def make_model(args: argparse.Namespace) -> None:
     gen = torch.Generator().manual_seed(0)
     h, i, d = args.hidden, args.intermediate, args.hidden // args.heads
     std = 0.02
+    dtype = getattr(torch, args.dtype)
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * std
+        return (torch.randn(*shape, generator=gen) * std).to(dtype)
 
     n = args.layers + 1
     names = [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)]
@@ -69,13 +71,14 @@ def make_model(args: argparse.Namespace) -> None:
             p + "self_attn.q_proj.weight": rand(args.heads * d, h), p + "self_attn.k_proj.weight": rand(args.kv_heads * d, h),
             p + "self_attn.v_proj.weight": rand(args.kv_heads * d, h), p + "self_attn.o_proj.weight": rand(h, args.heads * d),
             p + "mlp.gate_proj.weight": rand(i, h), p + "mlp.up_proj.weight": rand(i, h), p + "mlp.down_proj.weight": rand(h, i),
-            p + "input_layernorm.weight": torch.ones(h), p + "post_attention_layernorm.weight": torch.ones(h),
+            p + "input_layernorm.weight": torch.ones(h, dtype=dtype),
+            p + "post_attention_layernorm.weight": torch.ones(h, dtype=dtype),
         }
         total += write_safetensors(out / names[layer], tensors)
         weight_map.update(dict.fromkeys(tensors, names[layer]))
         del tensors
         print(f"layer {layer} written", flush=True)
-    rest = {"model.embed_tokens.weight": rand(args.vocab, h), "model.norm.weight": torch.ones(h)}
+    rest = {"model.embed_tokens.weight": rand(args.vocab, h), "model.norm.weight": torch.ones(h, dtype=dtype)}
     if not args.tie:
         rest["lm_head.weight"] = rand(args.vocab, h)
     total += write_safetensors(out / names[-1], rest)
@@ -168,6 +171,7 @@ def main() -> None:
     m.add_argument("--vocab", type=int, default=32000)
     m.add_argument("--tie", action="store_true", help="tie the LM head to the embedding")
     m.add_argument("--text", default=None, help="text to train the small tokenizer on")
+    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the weights' dtype")
     sub.add_parser("one", help="(internal) one measured run of `gapprune ARGS...` in this process")
     r = sub.add_parser("run", help="measure `gapprune prune MODEL ARGS...` (after --) and append a record")
     r.add_argument("--model", required=True)

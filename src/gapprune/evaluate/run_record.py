@@ -45,7 +45,7 @@ def run_record(wall_s: float, phases: dict[str, float], calibration_tokens: int,
                command: list[str] | None = None, dtype: str = "") -> dict[str, Any]:
     """The record of one prune run: wall time, phases, machine, peak memory, and a throughput figure."""
     capture = phases.get("capture", 0.0)
-    return {
+    record: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "command": " ".join(command) if command else "",
         "wall_s": round(wall_s, 1),
@@ -59,3 +59,6 @@ def run_record(wall_s: float, phases: dict[str, float], calibration_tokens: int,
             "dense_forward_tokens_per_s": round(calibration_tokens / capture, 1) if capture > 0 else None,
         },
     }
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():  # what decides the GPU a run needs
+        record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**20, 1)
+    return record
