@@ -21,11 +21,12 @@ from pathlib import Path
 from common import machine
 
 
-def measure(width: int, out_features: int, tokens: int, joined: bool) -> dict:
+def measure(width: int, out_features: int, tokens: int, joined: bool, handed_over: bool = False) -> dict:
     """In this process: the two Gram halves of `tokens` random rows, then OBS's order over them.
 
     `joined`: the halves summed by the caller, as `obs` did before b15f1a9 (and as code of that time
-    needs: run this script with PYTHONPATH pointing at its `src` to measure it)."""
+    needs: run this script with PYTHONPATH pointing at its `src` to measure it). `handed_over`: the
+    halves given up to OBS as the layer cache does since 2026-12-03 (summed in place, no copy)."""
     import torch
 
     from gapprune.importance.obs import CHANNEL_BLOCKS, obs_order
@@ -39,7 +40,8 @@ def measure(width: int, out_features: int, tokens: int, joined: bool) -> dict:
     weight = torch.randn(out_features, width, generator=g)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
-    obs_order(weight, halves[0] + halves[1] if joined else halves, 1, max(1, width // CHANNEL_BLOCKS))
+    gram = (halves[0] + halves[1]) if joined else (lambda: [halves.pop(0), halves.pop(0)]) if handed_over else halves
+    obs_order(weight, gram, 1, max(1, width // CHANNEL_BLOCKS))
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"working_set_mb": round(peak - before, 1), "gram_mb": round(width * width * 4 / 2**20, 1),
@@ -52,18 +54,20 @@ def main() -> None:
     p.add_argument("--out-features", type=int, default=1536, help="its output width (the hidden size)")
     p.add_argument("--tokens", type=int, default=4096, help="calibration tokens over both halves")
     p.add_argument("--joined", action="store_true", help="pass the summed halves (the caller's form before b15f1a9)")
+    p.add_argument("--handed-over", action="store_true", help="hand the halves over (the layer cache's form since 2026-12-03)")
     p.add_argument("--note", default="", help="what code this measures, kept in the record")
     p.add_argument("--out", help="append the record to this JSON list")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(measure(args.width, args.out_features, args.tokens, args.joined)))
+        print(json.dumps(measure(args.width, args.out_features, args.tokens, args.joined, args.handed_over)))
         return
     command = [sys.executable, __file__, "--child", "--width", str(args.width), "--out-features",
-               str(args.out_features), "--tokens", str(args.tokens)] + (["--joined"] if args.joined else [])
+               str(args.out_features), "--tokens", str(args.tokens)] + (["--joined"] if args.joined else []) \
+        + (["--handed-over"] if args.handed_over else [])
     result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     record = {"kind": "obs_memory", "width": args.width, "out_features": args.out_features, "tokens": args.tokens,
-              "caller_sums_halves": args.joined, **result, "code": args.note, "date": date.today().isoformat(),
+              "caller_sums_halves": args.joined, "halves_handed_over": args.handed_over, **result, "code": args.note, "date": date.today().isoformat(),
               "machine": machine(),
               "command": "python benchmarks/obs_memory.py " + " ".join(sys.argv[1:])}
     print(json.dumps(record, indent=1))

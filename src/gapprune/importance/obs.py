@@ -17,12 +17,15 @@ Heads go one at a time (a head is `head_dim` columns); MLP channels in blocks of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from gapprune.calibrate.gram import TokenGram
 from gapprune.importance.base import CRITERIA, ScoringContext
+
+# a Gram matrix, its parts (borrowed), or a function that hands its parts over (see damped_inverse)
+GramSource = torch.Tensor | Sequence[torch.Tensor] | Callable[[], list[torch.Tensor]]
 
 DAMP = 0.01  # H + DAMP · mean(diag H) · I, as SparseGPT: keeps H⁻¹ finite for dead or collinear columns
 CHANNEL_BLOCKS = 64  # MLP channels leave in this many greedy blocks
@@ -77,17 +80,26 @@ def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tens
     return weight, compact_(hinv.contiguous(), keep).addmm_(rows.T, block_inv @ rows, alpha=-1)
 
 
-def damped_inverse(gram: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+def damped_inverse(gram: GramSource, dtype: torch.dtype) -> torch.Tensor:
     """(H + DAMP·mean(diag H)·I)⁻¹ in `dtype` through a Cholesky factor; float64 if `dtype`'s fails.
 
     `gram` may come in parts (the calibration halves), summed here into the one n × n buffer this
     function factors and inverts in place: for an MLP the largest matrix of the run (321 MB at a
     width of 8,960), so no caller-held sum, eye()-sized temporary, or LAPACK copy of the factor or
-    of the inverse (three more n² buffers before; the peak of a bf16 prune of a 1.5B model)."""
-    parts = [gram] if isinstance(gram, torch.Tensor) else list(gram)
-    h = parts[0].to("cpu", copy=True)
-    for part in parts[1:]:
-        h.add_(part.to("cpu"))
+    of the inverse (three more n² buffers before; the peak of a bf16 prune of a 1.5B model).
+    Borrowed parts are copied once; parts handed over by a function (`GramStats.handover`) are
+    summed into the first in place and each other one freed once added: no copy at all. The
+    function is called again for the float64 retry."""
+    if callable(gram):
+        parts = gram()
+        h = parts.pop(0).to("cpu")
+        while parts:
+            h.add_(parts.pop(0).to("cpu"))  # the added half is freed here
+    else:
+        parts = [gram] if isinstance(gram, torch.Tensor) else list(gram)
+        h = parts[0].to("cpu", copy=True)
+        for part in parts[1:]:
+            h.add_(part.to("cpu"))
     h = h.to(dtype)
     h.diagonal().add_(DAMP * float(h.diagonal().mean())).add_(_TINY)  # = h + DAMP·mean·I + 1e-12·I, in place
     # LAPACK works on column-major storage; H is symmetric (XᵀX is, to the bit), so its transpose is
@@ -99,12 +111,12 @@ def damped_inverse(gram: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dty
         if dtype == torch.float64:
             raise torch.linalg.LinAlgError("the damped Gram matrix is not positive definite even in float64")
         del h, chol, column_major
-        return damped_inverse(parts, torch.float64)
+        return damped_inverse(gram, torch.float64)
     inverse = torch.cholesky_inverse(chol, out=chol).mT  # row-major again: the compaction needs it
     return inverse if inverse.is_contiguous() else inverse.contiguous()
 
 
-def obs_order(weight: torch.Tensor, gram: torch.Tensor | Sequence[torch.Tensor], width: int, per_step: int = 1,
+def obs_order(weight: torch.Tensor, gram: GramSource, width: int, per_step: int = 1,
               dtype: torch.dtype = torch.float32) -> list[int]:
     """Units (of `width` columns) in greedy OBS removal order, `per_step` of least error at a time.
 
@@ -188,16 +200,16 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     out = context.adapter.out_proj(layer, component)
     assert out is not None
     key = (layer, component)
-    context.grams.ensure(layer)  # one layer's Grams at a time (calibrate/gram.py)
-    fit, held_out = context.grams.fit[key], context.grams.held_out[key]
+    context.grams.ensure(layer, key)  # one layer's Grams at a time (calibrate/gram.py)
     width = context.adapter.unit_width(component)
     n_units = out.in_features // width
     per_step = 1 if component == "attn" else max(1, n_units // CHANNEL_BLOCKS)
     scores = torch.empty(n_units, dtype=torch.float64)
+    fit, held_out = context.grams.fit[key], context.grams.held_out[key]
     if isinstance(fit, TokenGram) and isinstance(held_out, TokenGram):  # every calibration token's row
         order = obs_order_tokens(out.weight, [fit.rows, held_out.rows], width, per_step)
     else:
-        assert isinstance(fit, torch.Tensor) and isinstance(held_out, torch.Tensor)
-        order = obs_order(out.weight, [fit, held_out], width, per_step)  # every calibration token, summed in place
+        del fit, held_out  # the halves are handed over and summed in place, not copied
+        order = obs_order(out.weight, context.grams.handover(key), width, per_step)
     scores[order] = torch.arange(n_units, dtype=torch.float64)
     return scores
