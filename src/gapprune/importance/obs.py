@@ -18,6 +18,7 @@ Heads go one at a time (a head is `head_dim` columns); MLP channels in blocks of
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 
@@ -210,6 +211,6 @@ def obs(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
         order = obs_order_tokens(out.weight, [fit.rows, held_out.rows], width, per_step)
     else:
         del fit, held_out  # the halves are handed over and summed in place, not copied
-        order = obs_order(out.weight, context.grams.handover(key), width, per_step)
+        order = obs_order(out.weight, cast(GramSource, context.grams.handover(key)), width, per_step)  # n × n here
     scores[order] = torch.arange(n_units, dtype=torch.float64)
     return scores
