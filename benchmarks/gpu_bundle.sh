@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Pack what benchmarks/gpu_check.sh needs on a lent GPU machine, which reaches nothing (no PyPI, no hub)
-# and receives at most 64 MiB per call (the working tree plus carried folders).
+# Pack what benchmarks/gpu_check.sh needs on a GPU machine without network access (no PyPI, no hub)
+# that receives at most 64 MiB per upload (the working tree plus the packed folder).
 #
 #   GAPPRUNE_DATA=../shared/data bash benchmarks/gpu_bundle.sh
 #
-# .gpu-a/  the first half of the embedded SmolLM2 GGUF (98 MB: too large for one call)
+# .gpu-a/  the first half of the embedded SmolLM2 GGUF (98 MB: too large for one upload)
 # .gpu/    its second half and sha256, the WikiText-2 files, and the `gguf` wheel (the GPU image lacks it)
 # Both folders are ignored by git: the weights and the data files must not be committed.
 set -euo pipefail
@@ -28,5 +28,5 @@ tree=$(git ls-files -z | xargs -0 cat | wc -c)
 for folder in .gpu-a .gpu; do
   total=$((tree + $(du -sb "$folder" | cut -f1)))
   echo "$folder: $((total / 1024 / 1024)) MiB with the working tree (limit 64)"
-  [ "$total" -lt "$LIMIT" ] || { echo "$folder is too large for one call" >&2; exit 1; }
+  [ "$total" -lt "$LIMIT" ] || { echo "$folder is too large for one upload" >&2; exit 1; }
 done

@@ -7,11 +7,11 @@
 #   q15     a random-weight model of Qwen2.5-Coder-1.5B's shape (Llama layout, bf16 checkpoint, 151,936-token
 #           head) pruned at 25% of the decoder with the defaults: time per phase and peak memory, not quality.
 #
-# A lent GPU machine reaches nothing and takes at most 64 MiB per call, so the inputs travel in two calls
-# (pack them first with benchmarks/gpu_bundle.sh), the second within the machine's warm window:
-#   1. carry [".gpu-a"]:  bash benchmarks/gpu_check.sh stage    (keeps half the GGUF, runs the tests)
-#   2. carry [".gpu"]:    bash benchmarks/gpu_check.sh models   (SmolLM2 and the 1.5B-shaped model)
-#   here: bash benchmarks/gpu_check.sh record DIR...             (the calls' JSON files -> docs/results/gpu.json)
+# A GPU machine without network access that takes at most 64 MiB per upload gets the inputs in two uploads
+# (pack them first with benchmarks/gpu_bundle.sh), the second before the machine is reset:
+#   1. upload .gpu-a/:     bash benchmarks/gpu_check.sh stage    (keeps half the GGUF, runs the tests)
+#   2. upload .gpu/:       bash benchmarks/gpu_check.sh models   (SmolLM2 and the 1.5B-shaped model)
+#   here: bash benchmarks/gpu_check.sh record DIR...             (both runs' JSON files -> docs/results/gpu.json)
 # On a GPU machine of your own with the package installed: bash benchmarks/gpu_check.sh all
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,14 +92,14 @@ PY
 
 case "$PHASE" in
   stage)
-    mkdir -p .gpu-stage && cp .gpu-a/smollm2.part1 .gpu-stage/  # ignored, so it stays for the next call
+    mkdir -p .gpu-stage && cp .gpu-a/smollm2.part1 .gpu-stage/  # ignored, so it stays for the next run
     tests
     collect "$RESULTS/gpu-stage.json" tests ;;
   models)
     gguf=$RUNS/SmolLM2-135M-Instruct.Q4_1.gguf
     cat .gpu-stage/smollm2.part1 .gpu/smollm2.part2 > "$gguf" 2>/dev/null
     if [ "$(sha256sum < "$gguf" | cut -d' ' -f1)" = "$(cat .gpu/smollm2.sha256)" ]; then smollm2 "$gguf"
-    else echo '{"step": "smollm2", "rc": null, "note": "skipped: the first half of the GGUF did not stay from the stage call (the machine went back between the calls)"}' > "$RUNS/smollm2.step.json"; fi
+    else echo '{"step": "smollm2", "rc": null, "note": "skipped: the first half of the GGUF did not stay from the stage run (the machine was reset between the runs)"}' > "$RUNS/smollm2.step.json"; fi
     q15
     collect "$RESULTS/gpu-models.json" smollm2 q15_make q15 ;;
   all)
