@@ -17,15 +17,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PHASE=${1:?usage: gpu_check.sh stage|models|all|record DIR...}
 if [ -x .venv/bin/python ]; then PY=${PY:-.venv/bin/python}; else PY=${PY:-python3}; fi
-RUNS=${RUNS:-/tmp/gapprune-gpu}
+RUNS=${RUNS:-$PWD/runs/gpu-check}
 RESULTS=${OUT:-runs/gpu}  # the device tool brings back what is written under $OUT
 mkdir -p "$RUNS" "$RESULTS"
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONUNBUFFERED=1 GAPPRUNE_CACHE=${GAPPRUNE_CACHE:-/tmp/gapprune-cache}
+export PYTHONUNBUFFERED=1 GAPPRUNE_CACHE=${GAPPRUNE_CACHE:-$RUNS/cache}
 if [ -d .gpu/data ]; then export GAPPRUNE_DATA=$PWD/.gpu/data; fi
 if [ -d .gpu/wheels ] && ! "$PY" -c "import gguf" 2>/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --target /tmp/gapprune-site .gpu/wheels/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/gapprune-site"
+  "$PY" -m pip install -q --no-index --no-deps --target "$RUNS/site" .gpu/wheels/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:$RUNS/site"
 fi
 
 step() {  # step NAME LIMIT_S CMD...: run with a time limit; rc, seconds and the log's tail on failure
