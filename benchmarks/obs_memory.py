@@ -40,7 +40,12 @@ def measure(width: int, out_features: int, tokens: int, joined: bool, handed_ove
     weight = torch.randn(out_features, width, generator=g)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
-    gram = (halves[0] + halves[1]) if joined else (lambda: [halves.pop(0), halves.pop(0)]) if handed_over else halves
+    if joined:
+        gram = halves[0] + halves[1]
+    elif handed_over:
+        gram = lambda: [halves.pop(0), halves.pop(0)]  # OBS gets the only references
+    else:
+        gram = halves
     obs_order(weight, gram, 1, max(1, width // CHANNEL_BLOCKS))
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -25,7 +25,8 @@ MODEL, RATIO = "smollm2-135m", 0.25
 
 
 def run_prune(dtype: str, out: Path, windows: int, device: str = "cpu", model: str = MODEL) -> dict:
-    """The CLI's default prune in `dtype`; peak RSS (MB) and wall seconds from /usr/bin/time -v."""
+    """The CLI's default prune in `dtype`; peak RSS (MB) from /usr/bin/time -v (run.json's where it is
+    missing) and wall seconds."""
     argv = [sys.executable, "-m", "gapprune", "prune", model, "--ratio", str(RATIO), "--dtype", dtype,
             "--device", device, "--out", str(out), "--overwrite", "--no-plots", "--eval", "wikitext2",
             "--eval-windows", str(windows)]
