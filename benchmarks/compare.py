@@ -279,7 +279,7 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
         for name in ALLOCATORS:
             yield Run({**base, **mixed, "allocator": name, "compensate": "none", "target_ratio": ratio},
                       {"ratio": ratio, "allocator": name, "compensate": "none"}, windows, fields)
-            if a.baselines_lsq and name != "gap":  # the same compensation after each baseline's allocation
+            if name != "gap" and name in a.baselines_lsq.split(","):  # the same compensation after the allocation
                 yield Run({**base, **mixed, "allocator": name, "compensate": "lsq", "target_ratio": ratio},
                           {"ratio": ratio, "allocator": name}, windows, fields)
         first = ratio == ratios[0]
@@ -370,7 +370,9 @@ def main() -> None:
     p.add_argument("--zeroshot-limit", type=int, default=100, help="families: examples per task (0: no zero-shot)")
     p.add_argument("--zeroshot-only", action="store_true", help="families: skip the perplexities")
     p.add_argument("--exact-check", action="store_true", help="families: also compare auto's plans with exact's")
-    p.add_argument("--baselines-lsq", action="store_true", help="families: each baseline's plan with the default lsq too")
+    p.add_argument("--baselines-lsq", nargs="?", default="", const=",".join(ALLOCATORS[1:]),
+                   help="families: these baselines' plans (comma-separated; all without a value) with the default lsq "
+                        "too; under `obs` `global` is `uniform` by construction and may be left out")
     p.add_argument("--skip-full", action="store_true", help="allocators: skip the full WikiText-2 test runs")
     p.add_argument("--folders", default=None, help="where saved pruned and tuned folders go")
     p.add_argument("--defaults", action="store_true",

@@ -117,9 +117,9 @@ def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
             compensated = sorted({(key[0], key[2]) for key in cells if key[1] == "lsq" and key[0] != "gap"},
                                  key=lambda pair: (pair[1], ALLOCATORS.index(pair[0])))
             if compensated:
-                runs = [r for r in rows if baseline_plus(r)]
+                sources = dict.fromkeys((r["date"], r["machine"], r["command"]) for r in cells.values() if baseline_plus(r))
                 lines += [("The default compensation (sequential lsq) after a baseline's allocation too, at the CLI's "
-                           f"defaults otherwise ({runs[0]['date']}, {runs[0]['machine']}; command: `{runs[0]['command']}`):"), "",
+                           "defaults otherwise (" + "; ".join(f"{d}, {m}; command: `{c}`" for d, m, c in sources) + "):"), "",
                           "| ratio | allocator + lsq | WikiText-2 / PTB | gap + lsq | GAP + lsq vs it |", "|---|---|---|---|---|"]
                 for allocator, ratio in compensated:
                     lines.append(f"| {100 * ratio:.1f}% | {allocator} | {cell(allocator, 'lsq', ratio=ratio)} | "
