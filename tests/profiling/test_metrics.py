@@ -77,3 +77,17 @@ def test_the_dense_reference_keeps_no_autograd_graph(metric):
                                     torch.device("cpu"), chunk_rows=5)
     held = [*reference.const, *reference.pulled, *reference.bias_dot]
     assert all(t is not None and not t.requires_grad and t.grad_fn is None for t in held)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("chunk_rows", [0, 3, 40])
+def test_the_tiled_logsumexp_equals_the_whole_logits_one(monkeypatch, bias, chunk_rows):
+    """Tiles of rows x a slice of the vocabulary, combined by one more lse: the full-logit value."""
+    from gapprune.profiling.head import logsumexp_logits
+
+    monkeypatch.setattr(head_module, "LOGIT_CHUNK_ELEMENTS", 60)  # 0 -> 29 rows x 2 tokens: 25 slices of 50
+    torch.manual_seed(0)
+    head, normed = torch.nn.Linear(16, 50, bias=bias), torch.randn(29, 16)
+    with torch.no_grad():
+        expected = torch.logsumexp(head(normed), dim=-1)
+        torch.testing.assert_close(logsumexp_logits(normed, head, chunk_rows), expected, rtol=1e-6, atol=1e-6)

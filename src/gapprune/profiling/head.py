@@ -2,10 +2,12 @@
 
 Every metric is const + lse(z) − q·z per position (`metrics.py`), and q·z = n·(Wᵀq) + q·b. So the
 dense side is cached once as the "pulled-back" vector Wᵀq (hidden-sized, not vocabulary-sized) and
-the scalars const and q·b; each replay then costs one head matmul and one logsumexp, done in row
-chunks so memory stays at `chunk_rows` x vocabulary. The default chunk (`chunk_rows=0`) holds
-`LOGIT_CHUNK_ELEMENTS` logits whatever the vocabulary: 512 rows of a 151,936-token head were 311 MB
-per float32 copy, and a chunk makes three (logits, their float32 cast or softmax, the exp).
+the scalars const and q·b; each replay then costs one head matmul and one logsumexp, done in tiles
+so memory stays bounded. A tile or chunk holds `LOGIT_CHUNK_ELEMENTS` logits whatever the vocabulary
+(512 rows of a 151,936-token head were 311 MB per float32 copy, and a chunk makes three: logits,
+their float32 cast or softmax, the exp): the dense reference in row chunks over the whole
+vocabulary (its softmax needs every logit of a row), each replay's logsumexp in tiles of many rows
+and a slice of the vocabulary (`logsumexp_logits`), which keep the matmul at full speed.
 """
 
 from __future__ import annotations
@@ -68,13 +70,28 @@ def pull_back(q: torch.Tensor, weight: torch.Tensor, vocab_block: int = 8192) ->
     return out
 
 
+LSE_TILE_ROWS = 2048  # rows per logsumexp tile by default; the vocabulary is cut to fit LOGIT_CHUNK_ELEMENTS
+
+
 def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> torch.Tensor:
-    """lse(W n + b) in float32 for normed (N, h) -> (N,), chunk_rows rows of logits at a time."""
+    """lse(W n + b) in float32 for normed (N, h) -> (N,), in tiles of rows x a slice of the vocabulary.
+
+    A tile holds at most `LOGIT_CHUNK_ELEMENTS` logits. Row chunks over the whole vocabulary made
+    that 110 rows of a 151,936-token head: a matmul that runs at half the speed of 1,024 rows
+    (5.1 vs 3.3 s per 1,024 positions on two cores, `docs/performance.md` §10), and every exact
+    replay pays it once. So the tile keeps many rows (`chunk_rows`, default up to `LSE_TILE_ROWS`)
+    against a slice of the vocabulary, and the slices' lse are combined by one more lse, which is
+    exact up to float32 rounding.
+    """
     weight, bias = _weight(head)
+    rows = chunk_rows if chunk_rows > 0 else min(max(1, normed.shape[0]), LSE_TILE_ROWS)
+    width = max(1, LOGIT_CHUNK_ELEMENTS // rows)  # vocabulary per tile
     out = torch.empty(normed.shape[0], dtype=torch.float32, device=normed.device)
-    for rows in _rows(normed, chunk_rows, weight.shape[0]):
-        logits = F.linear(normed[rows], weight, bias).float()
-        out[rows] = torch.logsumexp(logits, dim=-1)
+    for first in range(0, normed.shape[0], rows):
+        x = normed[first : first + rows]
+        parts = [torch.logsumexp(F.linear(x, weight[v : v + width], None if bias is None else bias[v : v + width])
+                                 .float(), dim=-1) for v in range(0, weight.shape[0], width)]
+        out[first : first + rows] = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts, -1), dim=-1)
     return out
 
 
