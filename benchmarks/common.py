@@ -70,7 +70,7 @@ class ResultLog:
         self.records.append(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.records, indent=1) + "\n")
+        partial.write_text(json.dumps(self.records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         partial.replace(self.path)
 
     def done(self, **labels: Any) -> bool:
