@@ -77,11 +77,11 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
     """lse(W n + b) in float32 for normed (N, h) -> (N,), in tiles of rows x a slice of the vocabulary.
 
     A tile holds at most `LOGIT_CHUNK_ELEMENTS` logits. Row chunks over the whole vocabulary made
-    that 110 rows of a 151,936-token head: a matmul far slower per row than one of 1,024 rows
-    (one replay's metric on 1,024 positions, two cores: 6.7 s against 5.0 with tiles, the same
-    memory; `docs/performance.md` §9), and every replay pays it. So the tile keeps many rows (`chunk_rows`, default up to `LSE_TILE_ROWS`)
-    against a slice of the vocabulary, and the slices' lse are combined by one more lse, which is
-    exact up to float32 rounding.
+    that 110 rows of a 151,936-token head: a matmul far slower per row than one of 1,024 rows (one
+    replay's metric on 1,024 positions, two cores: 6.7 s against 5.0 with tiles, the same memory;
+    `docs/performance.md` §9), and every replay pays it. So a tile keeps many rows (`chunk_rows`,
+    by default up to `LSE_TILE_ROWS`) against a slice of the vocabulary, and the slices' lse are
+    combined by one more lse: exact up to float32 rounding.
     """
     weight, bias = _weight(head)
     rows = chunk_rows if chunk_rows > 0 else min(max(1, normed.shape[0]), LSE_TILE_ROWS)
