@@ -38,6 +38,7 @@ class HeadReference:
 
 
 LOGIT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk by default: 64 MB in float32
+LSE_TILE_ROWS = 2048  # rows per logsumexp tile by default; the vocabulary is cut to fit LOGIT_CHUNK_ELEMENTS
 
 
 def rows_per_chunk(chunk_rows: int, vocab: int) -> int:
@@ -68,9 +69,6 @@ def pull_back(q: torch.Tensor, weight: torch.Tensor, vocab_block: int = 8192) ->
     for start in range(0, weight.shape[0], vocab_block):
         out += q[:, start : start + vocab_block] @ weight[start : start + vocab_block].float()
     return out
-
-
-LSE_TILE_ROWS = 2048  # rows per logsumexp tile by default; the vocabulary is cut to fit LOGIT_CHUNK_ELEMENTS
 
 
 def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> torch.Tensor:
