@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
@@ -31,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
-         offload: str = "off") -> tuple[nn.Module, PreTrainedTokenizerBase]:
+         offload: str = "off") -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """Load a dense or gapprune-pruned model (no remote code needed) and its tokenizer.
 
     `dtype`: float32, bfloat16, float16 or auto/None (the checkpoint's own on a GPU, float32 on a
@@ -61,15 +60,17 @@ def check_prunable(spec: str) -> None:
     ADAPTERS.adapter_class(read_config(resolve_model_source(spec)))
 
 
-def require_tokenizer(tokenizer: PreTrainedTokenizerBase | None, spec: str) -> PreTrainedTokenizerBase:
-    """Calibration reads text: a model folder saved without its tokenizer is refused before any work."""
+def require_tokenizer(tokenizer: PreTrainedTokenizerBase | None, spec: str,
+                      purpose: str = "pruning calibrates on text") -> PreTrainedTokenizerBase:
+    """Calibration, evaluation and tuning read text: a folder saved without its tokenizer is refused
+    before any work, not deep inside it."""
     if tokenizer is None:
-        raise ValueError(f"{spec} has no tokenizer (no tokenizer files in the folder); pruning calibrates on text: "
-                         "save the tokenizer into the folder (tokenizer.save_pretrained) or prune the original model")
+        raise ValueError(f"{spec} has no tokenizer (no tokenizer files in the folder); {purpose}: save the "
+                         "tokenizer into the folder (tokenizer.save_pretrained) or use the original model")
     return tokenizer
 
 
-def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
+def profile(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
             checkpoint_dir: Path | None = None) -> Profile:
     """Measure the dense model once (scores, signals, loss table); `Profile.save` keeps it for reuse.
 
@@ -81,7 +82,7 @@ def profile(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneC
 
 
 def prune(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     config: PruneConfig,
     profile: Profile | None = None,
@@ -129,14 +130,14 @@ def prune(
     return plan, profile
 
 
-def uses_sequential(model: nn.Module, config: PruneConfig) -> bool:
+def uses_sequential(model: PreTrainedModel, config: PruneConfig) -> bool:
     """Sequential compensation when compensating at all, streamed or not: it goes layer by layer and
     holds one component's Grams at a time."""
     return config.sequential and config.compensate != "none"
 
 
-def pruned_copy(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
-                ridge: float = 1.0, sequential_inputs: LayerInputs | None = None) -> tuple[nn.Module, dict[str, Any]]:
+def pruned_copy(model: PreTrainedModel, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
+                ridge: float = 1.0, sequential_inputs: LayerInputs | None = None) -> tuple[PreTrainedModel, dict[str, Any]]:
     """A pruned deep copy of a dense model, which stays as it is: several plans compared on one loaded model.
 
     Returns the copy and the compensation summary, plus `wall_s`, the seconds of surgery and compensation
@@ -155,7 +156,7 @@ def _out_proj_bias_params(adapter: ModelAdapter) -> int:
 
 def write_pruned_folder(
     out: str | Path,
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     plan: Plan,
     profile: Profile | None,

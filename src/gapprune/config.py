@@ -111,7 +111,9 @@ def config_fields(cls: type) -> list[tuple[str, Any, bool, str, type]]:
     out = []
     for f in fields(cls):
         required = f.default is MISSING and f.default_factory is MISSING
-        default = None if required else (f.default if f.default is not MISSING else f.default_factory())
+        default = f.default if f.default is not MISSING else None
+        if f.default_factory is not MISSING:
+            default = f.default_factory()
         kind = hints[f.name]
         args = [a for a in get_args(kind) if a is not type(None)]
         out.append((f.name, default, required, f.metadata.get("help", ""), args[0] if args else kind))

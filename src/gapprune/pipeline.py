@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.allocate import ALLOCATORS, Allocation
 from gapprune.calibrate import LayerInputs
@@ -136,7 +136,7 @@ def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Al
     return plan
 
 
-def prune_model_(model: nn.Module, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
+def prune_model_(model: PreTrainedModel, plan: Plan, compensate: str = "none", gram: GramStats | None = None,
                  ridge: float = 1.0, sequential_inputs: LayerInputs | None = None) -> dict[str, Any]:
     """Apply a plan to a dense model in place (physical removal), then optionally compensate: on the
     dense inputs' Grams, or with `sequential_inputs` (the calibration's layer inputs) layer by layer

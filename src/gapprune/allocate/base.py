@@ -53,7 +53,7 @@ class Allocation(JsonValue):
 
 
 
-Allocator = Callable[[LossTable, LayerSignals, int], Allocation]
+Allocator = Callable[[LossTable, LayerSignals | None, int], Allocation]
 ALLOCATORS: Registry[Allocator] = Registry("allocator")
 
 

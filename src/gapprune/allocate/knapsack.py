@@ -40,10 +40,10 @@ def solve_knapsack(costs: Sequence[np.ndarray], losses: Sequence[np.ndarray], bu
         raise ValueError("costs and losses need one entry per group")
     costs = [np.asarray(c, dtype=np.int64) for c in costs]
     losses = [np.asarray(v, dtype=np.float64) for v in losses]
-    for c, v in zip(costs, losses):
-        if c.shape != v.shape or c.ndim != 1 or c.size == 0:
+    for group_cost, v in zip(costs, losses):
+        if group_cost.shape != v.shape or group_cost.ndim != 1 or group_cost.size == 0:
             raise ValueError("each group needs matching 1-D cost and loss arrays with at least one option")
-        if (c < 0).any():
+        if (group_cost < 0).any():
             raise ValueError("costs must be non-negative")
         if not np.isfinite(v).all():
             raise ValueError("losses must be finite")

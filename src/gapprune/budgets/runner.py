@@ -125,13 +125,14 @@ class BudgetRun:
                  settings: dict[str, Any] | None = None) -> None:
         import os
 
-        from gapprune.api import load
+        from gapprune.api import load, require_tokenizer
         from gapprune.config import PruneConfig
         from gapprune.pipeline import Profile, calibrate
 
         self.model_name, self.workdir, self.verify, self.eval_windows = model, Path(workdir), verify, eval_windows
         self.data_dir = data_dir or os.environ.get("GAPPRUNE_DATA")
-        self.model, self.tokenizer = load(model)
+        self.model, tokenizer = load(model)
+        self.tokenizer = require_tokenizer(tokenizer, model, "budgets calibrate and evaluate on text")
         self.config = PruneConfig(**{"ratio": 0.5, "data_dir": self.data_dir, **(settings or {})})
         # compensate "none" needs no calibration pass (plans are then compared as the allocator tables are)
         self.calibration = calibrate(self.model, self.tokenizer, self.config) if self.config.compensate != "none" \

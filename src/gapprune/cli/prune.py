@@ -77,7 +77,7 @@ class PruneCommand:
         phases: dict[str, float] = {}
         with timed(phases, "load"):
             model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
-        require_tokenizer(tokenizer, args.model)
+        tokenizer = require_tokenizer(tokenizer, args.model)
         check_supported(config, streamed=is_streamed(model), plan_given=plan_in is not None)
         record_gguf_source(model, args.model)
         datasets = [d for d in args.eval.split(",") if d] if is_main() else []

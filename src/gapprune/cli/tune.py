@@ -65,25 +65,26 @@ class TuneCommand:
     def run(args: argparse.Namespace) -> int:
         import shutil
 
-        from gapprune.api import load
+        from gapprune.api import load, require_tokenizer
         from gapprune.export.save import save
-        from gapprune.tune import DistillConfig, TuneConfig, distill, lora_tune
+        from gapprune.tune import DistillConfig, DistillResult, TuneConfig, TuneResult, distill, lora_tune
 
         config = _config(args, DistillConfig if args.distill else TuneConfig)
         if Path(args.out).exists() and not args.overwrite:
             raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
-        model, tokenizer = load(args.model, dtype=getattr(config, "dtype", None))  # the training dtype is the load dtype
-        if tokenizer is None:
-            raise ValueError(f"{args.model} has no tokenizer; tuning needs one")
+        model, found = load(args.model, dtype=getattr(config, "dtype", None))  # the training dtype is the load dtype
+        tokenizer = require_tokenizer(found, args.model, "tuning trains on text")
         checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")
+        result: DistillResult | TuneResult
         if args.distill:
             merged, result = distill(model, tokenizer, config, checkpoint_dir=checkpoint)
             summary = (f"distilled {result.steps} steps ({result.tokens} tokens) from {result.teacher} in "
                        f"{result.wall_s:.0f} s; validation KL {_first_last(result.val_kl)}")
         else:
-            merged, result = lora_tune(model, tokenizer, config, checkpoint)
-            summary = (f"tuned {result.steps} steps ({result.examples_seen} examples) in {result.wall_s:.0f} s; "
-                       f"validation loss {_first_last(result.val_loss)}")
+            merged, lora_result = lora_tune(model, tokenizer, config, checkpoint)
+            result = lora_result
+            summary = (f"tuned {lora_result.steps} steps ({lora_result.examples_seen} examples) in "
+                       f"{lora_result.wall_s:.0f} s; validation loss {_first_last(lora_result.val_loss)}")
 
         def extras(folder: Path) -> None:
             for name in ("plan.json", "report.md", "loss_table.json", "kept_fraction.png", "loss_table.png"):

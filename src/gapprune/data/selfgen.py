@@ -17,8 +17,7 @@ measured with other profiler and criterion settings).
 from __future__ import annotations
 
 import torch
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data.text import bos_token_id
 
@@ -40,7 +39,7 @@ def document_start_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
 
 @torch.inference_mode()
 def self_generated_windows(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     n_samples: int,
     seq_len: int,
@@ -55,6 +54,8 @@ def self_generated_windows(
     Each sequence is sampled (seeded) after the document separator, `lead` (default T/2) tokens
     longer than the window, and cut to its last tokens; models that need BOS get BOS + T − 1.
     """
+    if not isinstance(model, GenerationMixin):
+        raise TypeError(f"{type(model).__name__} cannot generate text; calibrate on a data set instead of 'self'")
     lead = seq_len // 2 if lead is None else lead
     bos = bos_token_id(tokenizer)
     start = document_start_id(tokenizer)

@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
 
@@ -40,7 +39,7 @@ class PerplexityResult:
         return asdict(self)
 
 
-def token_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+def token_nll(model: PreTrainedModel, input_ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """Summed next-token NLL of each sequence. input_ids (B, T) -> (B,) float64.
 
     The head runs on `chunk` positions at a time across the whole batch: float32 logits of a batch of
@@ -62,7 +61,7 @@ def token_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int = 256) -> to
 
 @torch.inference_mode()
 def perplexity(
-    model: nn.Module,
+    model: PreTrainedModel,
     windows: torch.Tensor,
     *,
     batch_size: int = 8,
@@ -100,7 +99,7 @@ def perplexity(
 
 
 def evaluate_ppl(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     dataset: str,
     *,

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.evaluate.perplexity import PerplexityResult
 from gapprune.evaluate.speed import measure_speed
@@ -26,7 +25,7 @@ def ppl_record(model_name: str, result: PerplexityResult) -> Record:
 
 
 def eval_records(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     model_name: str,
     *,
@@ -60,7 +59,7 @@ def eval_table(records: Sequence[Record]) -> str:
 
 def speed_records(
     models: Sequence[str],
-    load: Callable[[str], nn.Module],
+    load: Callable[[str], PreTrainedModel],
     *,
     batches: Sequence[int] = (1, 16),
     prompt_tokens: int = 512,

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.evaluate.timing import synchronize, timed_runs
 
@@ -46,7 +46,7 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 @torch.inference_mode()
 def measure_speed(
-    model: nn.Module, *, batch: int = 1, prompt_tokens: int = 512, new_tokens: int = 32, warmup: int = 1,
+    model: PreTrainedModel, *, batch: int = 1, prompt_tokens: int = 512, new_tokens: int = 32, warmup: int = 1,
     repeats: int = 3, seed: int = 0,
 ) -> SpeedResult:
     """Prefill of `prompt_tokens` and decoding of `new_tokens` at `batch`."""

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data.sources import data_dir as resolve_data_dir
 
@@ -94,7 +93,7 @@ def default_batch_size(vocab_size: int) -> int:
 
 
 def zero_shot(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     tasks: list[str],
     *,

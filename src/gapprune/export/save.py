@@ -13,8 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.models import modeling_gapprune
 from gapprune.models.streaming import is_streamed, save_streamed
@@ -49,7 +48,7 @@ def write_atomically(out: str | Path, fill: Callable[[Path], None], *, overwrite
 
 
 def save(
-    model: nn.Module,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase | None,
     out: str | Path,
     *,

@@ -40,8 +40,12 @@ def _per_unit(context: ScoringContext, layer: int, component: str, unit_rows: to
 def magnitude(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """Sum of squared weights a unit owns (a KV head's k/v rows are shared by its query heads)."""
     p = _projections(context, layer, component)
-    rows = sum(lin.weight.detach().double().square().sum(1).cpu() for lin in p.unit_rows)
-    shared = sum(lin.weight.detach().double().square().sum(1).cpu() for lin in p.group_rows) if p.group_rows else None
+
+    def row_energy(linears: tuple[torch.nn.Linear, ...]) -> torch.Tensor:
+        return torch.stack([lin.weight.detach().double().square().sum(1).cpu() for lin in linears]).sum(0)
+
+    rows = row_energy(p.unit_rows)
+    shared = row_energy(p.group_rows) if p.group_rows else None
     return _per_unit(context, layer, component, rows, shared, column_energy(p.out.weight))
 
 
@@ -78,6 +82,6 @@ def taylor(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     def wg(linear: torch.nn.Linear) -> torch.Tensor:
         return linear.weight.detach().double() * context.grads[id(linear.weight)].double()
 
-    rows = sum(wg(lin).sum(1) for lin in p.unit_rows)
-    shared = sum(wg(lin).sum(1) for lin in p.group_rows) if p.group_rows else None
+    rows = torch.stack([wg(lin).sum(1) for lin in p.unit_rows]).sum(0)
+    shared = torch.stack([wg(lin).sum(1) for lin in p.group_rows]).sum(0) if p.group_rows else None
     return _per_unit(context, layer, component, rows, shared, wg(p.out).sum(0)).abs()

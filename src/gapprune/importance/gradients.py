@@ -28,7 +28,9 @@ def accumulate_gradients(
             batch = batch.to(device)
             loss = model(input_ids=batch, labels=batch, use_cache=False).loss
             loss.backward()
-        return {id(w): w.grad.detach().clone() for w in weights}
+        if unreached := sum(w.grad is None for w in weights):
+            raise ValueError(f"{unreached} of the scored weights got no gradient: they do not reach the loss")
+        return {id(w): w.grad.detach().clone() for w in weights if w.grad is not None}
     finally:
         for w in weights:
             w.grad = None

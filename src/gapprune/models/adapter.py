@@ -11,10 +11,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.models.pages import release_file_pages
 
@@ -55,7 +56,7 @@ class Projections:
 class ModelAdapter(ABC):
     """Family-specific access to a decoder-only causal LM, for pruning."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.config = model.config
 
@@ -219,7 +220,9 @@ class AdapterRegistry:
         return cls
 
     def for_model(self, model: nn.Module) -> ModelAdapter:
-        return self.adapter_class(model.config, type(model).__name__)(model)
+        """The adapter for a transformers causal LM (the pipeline passes models as plain modules)."""
+        hf_model = cast(PreTrainedModel, model)
+        return self.adapter_class(hf_model.config, type(model).__name__)(hf_model)
 
 
 ADAPTERS = AdapterRegistry()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.models.adapter import ADAPTERS
 from gapprune.models.llama import LlamaFamilyAdapter
@@ -30,7 +31,7 @@ from gapprune.models.pages import release_file_pages
 
 @ADAPTERS.register_architecture("Gemma3ForCausalLM")
 class Gemma3Adapter(LlamaFamilyAdapter):
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         super().__init__(model)
         if getattr(self.config, "final_logit_softcapping", None) is not None:
             # The profilers compute logits as lm_head(norm(h)); a tanh cap on them would be missed.

@@ -13,7 +13,14 @@ import torch
 from torch import nn
 
 from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, Projections, slice_linear
-from gapprune.models.modeling_gapprune import RemovedAttention, RemovedMLP
+from gapprune.models.modeling_gapprune import (
+    AttentionModules,
+    GatedMLPModules,
+    RemovedAttention,
+    RemovedMLP,
+    attention_of,
+    mlp_of,
+)
 from gapprune.models.pages import release_file_pages
 
 
@@ -31,13 +38,13 @@ class LlamaFamilyAdapter(ModelAdapter):
     def lm_head(self) -> nn.Linear:
         return self.model.lm_head
 
-    def _attn(self, layer: int) -> nn.Module | None:
-        attn = self.layers[layer].self_attn
-        return None if isinstance(attn, RemovedAttention) else attn
+    def _attn(self, layer: int) -> AttentionModules | None:
+        block = self.layers[layer]
+        return None if isinstance(block.self_attn, RemovedAttention) else attention_of(block)
 
-    def _mlp(self, layer: int) -> nn.Module | None:
-        mlp = self.layers[layer].mlp
-        return None if isinstance(mlp, RemovedMLP) else mlp
+    def _mlp(self, layer: int) -> GatedMLPModules | None:
+        block = self.layers[layer]
+        return None if isinstance(block.mlp, RemovedMLP) else mlp_of(block)
 
     def layer_shape(self, layer: int) -> LayerShape:
         attn, mlp = self._attn(layer), self._mlp(layer)
@@ -73,9 +80,8 @@ class LlamaFamilyAdapter(ModelAdapter):
 
     def component_module_params(self, layer: int, component: str) -> list[nn.Parameter]:
         block = self.layers[layer]
-        modules = (
-            [block.self_attn, block.input_layernorm] if component == "attn" else [block.mlp, block.post_attention_layernorm]
-        )
+        names = ("self_attn", "input_layernorm") if component == "attn" else ("mlp", "post_attention_layernorm")
+        modules: list[nn.Module] = [getattr(block, name) for name in names]
         return [p for m in modules for p in m.parameters()]
 
     # -- analytic parameter counts (checked against real modules by the contract test) -------
@@ -132,11 +138,10 @@ class LlamaFamilyAdapter(ModelAdapter):
         attn.v_proj = slice_linear(attn.v_proj, rows=kv_rows)
         attn.o_proj = slice_linear(attn.o_proj, cols=q_rows)  # (hidden, len(heads)*hd)
         attn.num_key_value_groups = per_group[0]
-        for name in ("num_heads", "num_attention_heads"):
+        for name, count in (("num_heads", len(heads)), ("num_attention_heads", len(heads)),
+                            ("num_key_value_heads", len(groups))):
             if hasattr(attn, name):
-                setattr(attn, name, len(heads))
-        if hasattr(attn, "num_key_value_heads"):
-            attn.num_key_value_heads = len(groups)
+                setattr(attn, name, count)
 
     def prune_mlp_(self, layer: int, kept_channels: Sequence[int]) -> None:
         block = self.layers[layer]

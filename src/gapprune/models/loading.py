@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +298,7 @@ def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
 
 def load_model(
     spec: str, *, dtype: str | torch.dtype | None = None, device: str = "cpu", cache_dir: Path | None = None
-) -> tuple[nn.Module, PreTrainedTokenizerBase | None]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """Load `(model, tokenizer)` from an alias, a .gguf file, a local folder or a hub id.
 
     Pruned folders written by gapprune load through its own modeling classes, no remote code needed.

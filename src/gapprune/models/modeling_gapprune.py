@@ -17,7 +17,8 @@ training-free compensation).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -25,9 +26,47 @@ from transformers import (
     Gemma3ForCausalLM,
     LlamaForCausalLM,
     MistralForCausalLM,
+    PreTrainedModel,
     Qwen2ForCausalLM,
     Qwen3ForCausalLM,
 )
+
+
+class AttentionModules(Protocol):
+    """What resizing reads and writes on a Llama-style attention sub-block.
+
+    torch types every submodule as `Tensor | Module`; this names what transformers' attention
+    classes of these families actually hold, so the surgery is checked against it.
+    """
+
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    o_proj: nn.Linear
+    layer_idx: int
+    num_key_value_groups: int
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+
+class GatedMLPModules(Protocol):
+    """What resizing reads and writes on a gated MLP sub-block (SwiGLU / GeGLU)."""
+
+    gate_proj: nn.Linear
+    up_proj: nn.Linear
+    down_proj: nn.Linear
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+
+def attention_of(layer: nn.Module) -> AttentionModules:
+    """The layer's attention sub-block (callers check for `RemovedAttention` first)."""
+    return cast(AttentionModules, layer.self_attn)
+
+
+def mlp_of(layer: nn.Module) -> GatedMLPModules:
+    """The layer's MLP sub-block (callers check for `RemovedMLP` first)."""
+    return cast(GatedMLPModules, layer.mlp)
 
 
 class RemovedAttention(nn.Module):
@@ -76,7 +115,7 @@ def remove_sub_block_(layer: nn.Module, component: str, norms: SubBlockNorms) ->
     residual stream exactly as skipping the sub-block would, with none of its parameters left.
     """
     if component == "attn":
-        layer.self_attn = RemovedAttention(layer.self_attn.layer_idx)
+        layer.self_attn = RemovedAttention(attention_of(layer).layer_idx)
     else:
         layer.mlp = RemovedMLP()
     for name in norms[component]:
@@ -96,7 +135,7 @@ def resize_decoder_layer_(
     if n_heads == 0:
         remove_sub_block_(layer, "attn", norms)
     else:
-        attn = layer.self_attn
+        attn = attention_of(layer)
         hidden = attn.q_proj.in_features
         attn.q_proj = _resized_linear(attn.q_proj, hidden, n_heads * head_dim)
         attn.k_proj = _resized_linear(attn.k_proj, hidden, n_kv * head_dim)
@@ -106,7 +145,7 @@ def resize_decoder_layer_(
     if inter == 0:
         remove_sub_block_(layer, "mlp", norms)
     else:
-        mlp = layer.mlp
+        mlp = mlp_of(layer)
         hidden = mlp.gate_proj.in_features
         mlp.gate_proj = _resized_linear(mlp.gate_proj, hidden, inter)
         mlp.up_proj = _resized_linear(mlp.up_proj, hidden, inter)
@@ -115,7 +154,7 @@ def resize_decoder_layer_(
             mlp.intermediate_size = inter
 
 
-def resize_model_layers_(model: nn.Module, norms: SubBlockNorms = LLAMA_NORMS) -> None:
+def resize_model_layers_(model: PreTrainedModel, norms: SubBlockNorms = LLAMA_NORMS) -> None:
     """Resize every decoder layer of `model` to `model.config.layer_shapes` (no-op when absent)."""
     config = model.config
     shapes = getattr(config, "layer_shapes", None)

@@ -73,8 +73,9 @@ def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[l
         return ((stacked * mask.view(copies, 1, 1, -1)).view_as(x), *args[1:])
 
     def drop_bias(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+        assert out.bias is not None  # registered only then
         stacked = output.view(copies, -1, *output.shape[1:])
-        return (stacked - module.bias * emptied.view(copies, 1, 1, 1).to(output.dtype)).view_as(output)
+        return (stacked - out.bias * emptied.view(copies, 1, 1, 1).to(output.dtype)).view_as(output)
 
     def refit_output(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
         assert compensated is not None

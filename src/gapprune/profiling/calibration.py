@@ -10,8 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.gram import GramStats, LayerGrams
@@ -54,7 +53,7 @@ class Calibration:
         return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
 
 
-def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
+def calibration_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
     """Calibration windows (n, T): seeded samples of data sets or files, or text the model writes.
 
     `wikitext2+ptb` mixes sources in equal parts, interleaved, so the loss table's prefix sees each:
@@ -66,7 +65,7 @@ def calibration_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config
     return mixed_windows(sources, config.calib_samples, config.seq_len, config.seed, bos_id=bos_token_id(tokenizer))
 
 
-def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
+def calibrate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,
               gram: bool | None = None, scores: UnitScores | None = None, score: bool = True) -> Calibration:
     """The dense pass: layer inputs, channel statistics, Gram matrices (when compensating), unit scores.
 
@@ -79,7 +78,7 @@ def calibrate(model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: Prun
     return calibrate_on(model, ids, config, gram, timings, scores, score)
 
 
-def calibrate_on(model: nn.Module, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
+def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig, gram: bool | None = None,
                  timings: dict[str, float] | None = None, scores: UnitScores | None = None,
                  score: bool = True) -> Calibration:
     """`calibrate` on given token ids (n, T): no tokenizer or data set needed."""

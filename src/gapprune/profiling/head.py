@@ -113,7 +113,7 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
             q, const[rows] = spec.target(logits, None if next_ids is None else next_ids[rows])
             one_hot = q.ndim == 1  # token ids
             pulled[rows] = weight[q].float() if one_hot else pull_back(q, weight)
-            if bias_dot is not None:
+            if bias_dot is not None and bias is not None:
                 bias_dot[rows] = bias[q].float() if one_hot else q @ bias.float()
         reference.const.append(const.view(b, t))
         reference.pulled.append(pulled.view(b, t, h))

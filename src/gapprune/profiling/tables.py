@@ -87,18 +87,22 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
         log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
                    "profile_tokens": calibration_tokens(calibration.profile_inputs)})
-    checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
-    done = checkpoint.load()
+    layer_checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
+    done = layer_checkpoint.load()
     if done:
         log.info("resuming the loss table: %d of %d layers already measured", len(done), adapter.n_layers)
     layers = shard_layers(adapter.n_layers)  # this rank's start layers: all of them outside torchrun
-    # a streamed model reads each layer once: traverse the decoder once instead of once per start layer
-    build = build_loss_table_layer_major if is_streamed(adapter.model) else build_loss_table_batched
-    extra = {"compensation": table_compensation(calibration, config)} if config.compensation_aware else {}
-    table = build(adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
-                  mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=checkpoint.save, **extra)
+    if is_streamed(adapter.model):  # reads each layer once: traverse the decoder once, not once per start layer
+        table = build_loss_table_layer_major(
+            adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
+            mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=layer_checkpoint.save)
+    else:  # compensation-aware tables are refused for streamed models (check_supported)
+        table = build_loss_table_batched(
+            adapter, calibration.profile_inputs, scores, metric=config.metric, channel_step=step,
+            mlp_stride=config.mlp_stride, layers=layers, done=done, on_layer=layer_checkpoint.save,
+            compensation=table_compensation(calibration, config))
     table = gather_table(table, layers)
-    checkpoint.clear()
+    layer_checkpoint.clear()
     return table
 
 

@@ -29,7 +29,7 @@ def trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """About what a checkpoint takes on disk: the trained tensors and the optimiser's."""
-    tensors = [p for p in model.parameters() if p.requires_grad]
+    tensors: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     tensors += [t for per in optimizer.state.values() for t in per.values() if isinstance(t, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
 

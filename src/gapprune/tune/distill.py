@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.tune import checkpoint as ckpt
 from gapprune.tune.kd_loss import kl_full, kl_topk, lm_loss, teacher_topk
@@ -31,6 +31,9 @@ from gapprune.tune.progress import advance, training_bar
 from gapprune.tune.teacher import check_same_vocabulary, load_teacher, resolve_teacher
 from gapprune.tune.teacher_cache import TeacherTopK
 from gapprune.tune.teacher_text import training_windows
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,7 @@ def learning_rate_at(config: DistillConfig, step: int, total_steps: int, train_s
     return rate * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _teacher_outputs(teacher: nn.Module, ids: torch.Tensor, index: torch.Tensor, config: DistillConfig,
+def _teacher_outputs(teacher: PreTrainedModel, ids: torch.Tensor, index: torch.Tensor, config: DistillConfig,
                      cache: TeacherTopK | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The teacher's logits (b, T, V) of windows `ids` (b, T), or its top-k (log-probabilities, ids)."""
     if cache is not None:
@@ -146,7 +149,7 @@ def _loss(student: nn.Module, teacher_out: torch.Tensor | tuple[torch.Tensor, to
 
 
 @torch.no_grad()
-def validation_kl(student: nn.Module, teacher: nn.Module, windows: torch.Tensor, batch: int = 4) -> float:
+def validation_kl(student: nn.Module, teacher: PreTrainedModel, windows: torch.Tensor, batch: int = 4) -> float:
     """Mean full-vocabulary KL(teacher ‖ student) at T = 1 over held-out windows (n, T)."""
     was_training = student.training
     student.eval()
@@ -158,7 +161,7 @@ def validation_kl(student: nn.Module, teacher: nn.Module, windows: torch.Tensor,
     return total / max(windows.shape[0], 1)
 
 
-def _trainable(student: nn.Module, config: DistillConfig) -> nn.Module:
+def _trainable(student: PreTrainedModel, config: DistillConfig) -> nn.Module:
     """The module to train: LoRA-wrapped (peft), or the student itself with every parameter or with
     its decoder layers only.
 
@@ -182,15 +185,15 @@ def _trainable(student: nn.Module, config: DistillConfig) -> nn.Module:
 
 
 def distill(
-    student: nn.Module,
+    student: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     config: DistillConfig,
     *,
-    teacher: nn.Module | None = None,
+    teacher: PreTrainedModel | None = None,
     teacher_tokenizer: PreTrainedTokenizerBase | None = None,
     checkpoint_dir: Path | None = None,
     on_step: Callable[[int, float], None] | None = None,
-) -> tuple[nn.Module, DistillResult]:
+) -> tuple[PreTrainedModel, DistillResult]:
     """Distil `teacher` (default: the model `student` was pruned from) into `student`.
 
     Returns the trained plain model (LoRA merged; same parameter count) and the training record.
@@ -276,7 +279,7 @@ def distill(
     bar.close()
     if checkpoint_dir is not None and step != saved:  # stopped by the time limit between saves
         ckpt.save(checkpoint_dir, model, optimizer, step, asdict(config), result)
-    merged = model.merge_and_unload() if config.params == "lora" else model
+    merged = cast("PeftModel", model).merge_and_unload() if config.params == "lora" else student
     merged.requires_grad_(False)
     merged.eval()
     result.wall_s = round(time.perf_counter() - start, 2)

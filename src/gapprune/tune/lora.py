@@ -8,15 +8,18 @@ import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.models import get_adapter
 from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
 from gapprune.tune.progress import advance, training_bar
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ class TuneResult:
 
 
 @torch.no_grad()
-def _mean_loss(model: nn.Module, examples: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int, batch: int) -> float:
+def _mean_loss(model: PeftModel, examples: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int, batch: int) -> float:
     model.eval()
     losses = []
     for i in range(0, len(examples), batch):
@@ -70,7 +73,7 @@ def _mean_loss(model: nn.Module, examples: list[tuple[torch.Tensor, torch.Tensor
     return sum(losses) / max(len(losses), 1)
 
 
-def wrap_lora(model: nn.Module, rank: int, alpha: int, dropout: float) -> nn.Module:
+def wrap_lora(model: PreTrainedModel, rank: int, alpha: int, dropout: float) -> PeftModel:
     """`model` with trainable LoRA adapters on every linear projection its adapter names (peft)."""
     try:
         from peft import LoraConfig, get_peft_model
@@ -83,8 +86,8 @@ def wrap_lora(model: nn.Module, rank: int, alpha: int, dropout: float) -> nn.Mod
 
 
 def lora_tune(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, config: TuneConfig, checkpoint_dir: Path | None = None
-) -> tuple[nn.Module, TuneResult]:
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: TuneConfig, checkpoint_dir: Path | None = None
+) -> tuple[PreTrainedModel, TuneResult]:
     """Train LoRA adapters on all linear projections, then merge them into the weights.
 
     Returns the merged plain model (same parameter count as the input) and the training record.
@@ -107,17 +110,17 @@ def lora_tune(
     if not train:
         raise ValueError("no training examples left after the validation split; lower val_examples")
     dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
-    model.to(dtype)
+    model.to(dtype)  # type: ignore[arg-type]  # transformers' decorated .to hides its signature
     peft_model = wrap_lora(model, config.rank, config.alpha, config.dropout)
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr)
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
     step = 0
-    state_file = checkpoint_dir / "trainer_state.json" if checkpoint_dir else None
+    state_name = "trainer_state.json"
     done_s = 0.0
-    if state_file is not None and state_file.is_file():
-        state = json.loads(state_file.read_text())
+    if checkpoint_dir is not None and (checkpoint_dir / state_name).is_file():
+        state = json.loads((checkpoint_dir / state_name).read_text())
         set_peft_model_state_dict(peft_model, torch.load(checkpoint_dir / "adapter.pt", weights_only=True))
         optimizer.load_state_dict(torch.load(checkpoint_dir / "optimizer.pt", weights_only=True))
         step = int(state["step"])
@@ -152,11 +155,11 @@ def lora_tune(
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             torch.save(get_peft_model_state_dict(peft_model), checkpoint_dir / "adapter.pt")
             torch.save(optimizer.state_dict(), checkpoint_dir / "optimizer.pt")
-            state_file.write_text(json.dumps({"step": step, "config": asdict(config),
-                                              "train_s": round(time.perf_counter() - loop_start, 2)}))
+            state = {"step": step, "config": asdict(config), "train_s": round(time.perf_counter() - loop_start, 2)}
+            (checkpoint_dir / state_name).write_text(json.dumps(state))
     bar.close()
-    merged = peft_model.merge_and_unload()
-    merged.to(torch.float32).eval()
+    merged: PreTrainedModel = peft_model.merge_and_unload()
+    merged.to(torch.float32).eval()  # type: ignore[arg-type]  # as above
     result.steps = step
     result.wall_s = round(time.perf_counter() - start, 2)
     return merged, result

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SOURCE_FIELDS = ("pruned_from", "gguf_source")
 
@@ -26,7 +25,7 @@ def resolve_teacher(config: Any) -> str:
                      f"{' or '.join(SOURCE_FIELDS)}); name the teacher")
 
 
-def load_teacher(spec: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
+def load_teacher(spec: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load the teacher (float32, eval mode, no gradients) and its tokenizer."""
     from gapprune.api import load
 
@@ -37,7 +36,7 @@ def load_teacher(spec: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
 
 
 def check_same_vocabulary(
-    teacher: nn.Module, teacher_tokenizer: PreTrainedTokenizerBase | None, student: nn.Module,
+    teacher: PreTrainedModel, teacher_tokenizer: PreTrainedTokenizerBase | None, student: PreTrainedModel,
     student_tokenizer: PreTrainedTokenizerBase, teacher_name: str = "the teacher",
 ) -> None:
     """Raise when the teacher's logits or tokenizer do not line up with the student's, id for id."""

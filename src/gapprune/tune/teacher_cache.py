@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 import numpy as np
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.tune.kd_loss import teacher_topk
 
@@ -50,7 +50,7 @@ class TeacherTopK:
         self._done = np.memmap(self.folder / "done.u8", dtype=np.uint8, mode="r+", shape=(n,))
         self.hits = self.misses = 0  # micro-batches answered from disk / by the teacher
 
-    def outputs(self, teacher: nn.Module, index: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def outputs(self, teacher: PreTrainedModel, index: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log-probabilities (b, T, k), token ids (b, T, k)) of windows `index` (b,), whose tokens are `ids`."""
         rows = index.tolist()
         missing = [i for i, row in enumerate(rows) if not self._done[row]]

@@ -19,9 +19,8 @@ import logging
 from pathlib import Path
 
 import torch
-from torch import nn
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data import TEXT_SETS, bos_token_id, read_text_file, self_generated_windows, tokenize_text
 from gapprune.tune.alpaca import format_example, load_alpaca_records
@@ -54,7 +53,7 @@ def alpaca_stream(records: list[dict[str, str]], tokenizer: PreTrainedTokenizerB
 
 
 def teacher_windows(
-    teacher: nn.Module, tokenizer: PreTrainedTokenizerBase, *, n_windows: int, seq_len: int, gen_len: int,
+    teacher: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, n_windows: int, seq_len: int, gen_len: int,
     seed: int, cache_dir: Path, teacher_id: str, batch_size: int = 64, temperature: float = 1.0, top_p: float = 0.95,
 ) -> torch.Tensor:
     """`n_windows` windows (n, seq_len) cut from sequences of `gen_len` tokens the teacher writes.
@@ -99,7 +98,7 @@ def teacher_windows(
 
 
 def training_windows(
-    spec: str, tokenizer: PreTrainedTokenizerBase, seq_len: int, *, teacher: nn.Module | None = None,
+    spec: str, tokenizer: PreTrainedTokenizerBase, seq_len: int, *, teacher: PreTrainedModel | None = None,
     teacher_id: str = "", self_windows: int = 512, self_len: int = 512, cache_dir: Path | None = None,
     data_dir: str | None = None, seed: int = 0,
 ) -> tuple[torch.Tensor, dict[str, int]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from gapprune.models.adapter import ModelAdapter
 from gapprune.models.streaming.safetensors_io import (
@@ -118,7 +119,7 @@ def _materialize_buffers_(model: nn.Module, device: torch.device) -> None:
 
 
 def open_streamed(folder: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                  scratch_dir: str | Path | None = None) -> nn.Module:
+                  scratch_dir: str | Path | None = None) -> PreTrainedModel:
     """The model of a safetensors folder with its decoder layers left on disk (see the module docstring)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
