@@ -63,6 +63,21 @@ def test_a_folder_without_a_tokenizer_is_refused_before_calibration(tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+def test_evaluating_or_tuning_a_folder_without_a_tokenizer_names_the_fix(tmp_path, capsys):
+    from tests.conftest import tiny_llama
+
+    tiny_llama().save_pretrained(tmp_path / "model")
+    capsys.readouterr()
+    for command, purpose in ((["ppl"], "perplexity reads text"), (["eval"], "evaluation reads text"),
+                             (["tune", "--out", str(tmp_path / "tuned")], "tuning trains on text")):
+        assert main([command[0], str(tmp_path / "model"), *command[1:]]) == 2
+        err = capsys.readouterr().err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"gapprune {command[0]}: error:") and "has no tokenizer" in last and purpose in last
+        assert "Traceback" not in err
+    assert not (tmp_path / "tuned").exists()
+
+
 def test_ratio_is_required_unless_a_plan_gives_it(tmp_path, capsys):
     assert main(["prune", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "--ratio is required" in capsys.readouterr().err
