@@ -48,3 +48,14 @@ def test_unit_with_zero_output_weights_scores_lowest(llama, token_ids, criterion
 def test_unknown_criterion_suggests_a_name():
     with pytest.raises(KeyError, match="Did you mean 'activation'"):
         CRITERIA.get("activaton")
+
+
+def test_gradients_refuse_a_scored_weight_that_does_not_reach_the_loss(tiny_model, token_ids, monkeypatch):
+    adapter = get_adapter(tiny_model)
+    stray = torch.nn.Linear(4, 4)  # not part of the model: the loss cannot depend on it
+    own = adapter.component_weights
+    monkeypatch.setattr(adapter, "component_weights",
+                        lambda layer, component: own(layer, component) + ([stray] if layer == 0 else []))
+    with pytest.raises(ValueError, match="do not reach the loss"):
+        accumulate_gradients(adapter, token_ids, batch_size=2, progress=False)
+    assert all(p.grad is None for p in tiny_model.parameters())  # the finally clause cleaned up
