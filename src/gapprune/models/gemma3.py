@@ -18,19 +18,17 @@ head and channel surgery is inherited. What differs, and why it matters for prun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from torch import nn
 from transformers import PreTrainedModel
 
 from gapprune.models.adapter import ADAPTERS
 from gapprune.models.llama import LlamaFamilyAdapter
-from gapprune.models.modeling_gapprune import GEMMA3_NORMS, remove_sub_block_
-from gapprune.models.pages import release_file_pages
+from gapprune.models.modeling_gapprune import GEMMA3_NORMS
 
 
 @ADAPTERS.register_architecture("Gemma3ForCausalLM")
 class Gemma3Adapter(LlamaFamilyAdapter):
+    sub_block_norms = GEMMA3_NORMS  # pre- and post-norm: a removed sub-block takes both
+
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__(model)
         if getattr(self.config, "final_logit_softcapping", None) is not None:
@@ -40,12 +38,6 @@ class Gemma3Adapter(LlamaFamilyAdapter):
                 "linear logits. Set config.final_logit_softcapping = None only if the checkpoint was "
                 "trained without it."
             )
-
-    def component_module_params(self, layer: int, component: str) -> list[nn.Parameter]:
-        block = self.layers[layer]
-        names = ("self_attn" if component == "attn" else "mlp", *GEMMA3_NORMS[component])
-        modules: list[nn.Module] = [getattr(block, name) for name in names]
-        return [p for m in modules for p in m.parameters()]
 
     # -- analytic parameter counts (checked against real modules by the contract test) -------
     def attn_option_params(self, layer: int, n_kv_heads: int, heads_per_group: int) -> int:
@@ -63,18 +55,3 @@ class Gemma3Adapter(LlamaFamilyAdapter):
         if intermediate == 0:
             return 0
         return 3 * intermediate * self.hidden + 2 * self.hidden  # gate, up, down + pre/post-feedforward norms
-
-    # -- surgery: whole sub-blocks take both of their norms ----------------------------------
-    def prune_attention_(self, layer: int, kept_heads: Sequence[int]) -> None:
-        if not kept_heads and (attn := self._attn(layer)) is not None:
-            release_file_pages(p.data for p in attn.parameters())
-            remove_sub_block_(self.layers[layer], "attn", GEMMA3_NORMS)
-            return
-        super().prune_attention_(layer, kept_heads)
-
-    def prune_mlp_(self, layer: int, kept_channels: Sequence[int]) -> None:
-        if not kept_channels and (mlp := self._mlp(layer)) is not None:
-            release_file_pages(p.data for p in mlp.parameters())
-            remove_sub_block_(self.layers[layer], "mlp", GEMMA3_NORMS)
-            return
-        super().prune_mlp_(layer, kept_channels)

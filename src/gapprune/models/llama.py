@@ -14,12 +14,15 @@ from torch import nn
 
 from gapprune.models.adapter import ADAPTERS, LayerShape, ModelAdapter, Projections, slice_linear
 from gapprune.models.modeling_gapprune import (
+    LLAMA_NORMS,
     AttentionModules,
     GatedMLPModules,
     RemovedAttention,
     RemovedMLP,
+    SubBlockNorms,
     attention_of,
     mlp_of,
+    remove_sub_block_,
 )
 from gapprune.models.pages import release_file_pages
 
@@ -27,6 +30,7 @@ from gapprune.models.pages import release_file_pages
 @ADAPTERS.register_architecture("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 class LlamaFamilyAdapter(ModelAdapter):
     projection_names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    sub_block_norms: SubBlockNorms = LLAMA_NORMS  # the norms that go with a removed sub-block
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -80,7 +84,7 @@ class LlamaFamilyAdapter(ModelAdapter):
 
     def component_module_params(self, layer: int, component: str) -> list[nn.Parameter]:
         block = self.layers[layer]
-        names = ("self_attn", "input_layernorm") if component == "attn" else ("mlp", "post_attention_layernorm")
+        names = ("self_attn" if component == "attn" else "mlp", *self.sub_block_norms[component])
         modules: list[nn.Module] = [getattr(block, name) for name in names]
         return [p for m in modules for p in m.parameters()]
 
@@ -107,7 +111,6 @@ class LlamaFamilyAdapter(ModelAdapter):
 
     # -- surgery ---------------------------------------------------------------------------
     def prune_attention_(self, layer: int, kept_heads: Sequence[int]) -> None:
-        block = self.layers[layer]
         attn = self._attn(layer)
         if attn is None:
             if kept_heads:
@@ -115,8 +118,7 @@ class LlamaFamilyAdapter(ModelAdapter):
             return
         if not kept_heads:
             release_file_pages(p.data for p in attn.parameters())
-            block.self_attn = RemovedAttention(attn.layer_idx)
-            block.input_layernorm = nn.Identity()
+            remove_sub_block_(self.layers[layer], "attn", self.sub_block_norms)
             return
         shape = self.layer_shape(layer)
         n_rep = shape.n_heads // shape.n_kv_heads
@@ -144,7 +146,6 @@ class LlamaFamilyAdapter(ModelAdapter):
                 setattr(attn, name, count)
 
     def prune_mlp_(self, layer: int, kept_channels: Sequence[int]) -> None:
-        block = self.layers[layer]
         mlp = self._mlp(layer)
         if mlp is None:
             if kept_channels:
@@ -152,8 +153,7 @@ class LlamaFamilyAdapter(ModelAdapter):
             return
         if not kept_channels:
             release_file_pages(p.data for p in mlp.parameters())
-            block.mlp = RemovedMLP()
-            block.post_attention_layernorm = nn.Identity()
+            remove_sub_block_(self.layers[layer], "mlp", self.sub_block_norms)
             return
         channels = sorted({int(c) for c in kept_channels})
         inter = mlp.down_proj.in_features
