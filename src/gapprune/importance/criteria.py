@@ -49,27 +49,28 @@ def magnitude(context: ScoringContext, layer: int, component: str) -> torch.Tens
     return _per_unit(context, layer, component, rows, shared, column_energy(p.out.weight))
 
 
-def _needs_stats(context: ScoringContext, name: str) -> None:
+def _weighted_columns(context: ScoringContext, layer: int, component: str, criterion: str,
+                      statistic: str) -> torch.Tensor:
+    """Σ_j ||W[:, j]||² · s_j over the unit's input columns of the output projection, s_j a calibration
+    statistic of that column's input (`mean_sq` or `var`)."""
     if context.stats is None:
-        raise ValueError(f"criterion {name!r} needs calibration statistics")
+        raise ValueError(f"criterion {criterion!r} needs calibration statistics")
+    out = context.adapter.out_proj(layer, component)
+    assert out is not None
+    inputs = context.stats.get(layer, _out_role(component))
+    return _reduce(column_energy(out.weight) * getattr(inputs, statistic), context, component)
 
 
 @CRITERIA.register("activation")
 def activation(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """Σ_j ||W[:, j]||² · E[x_j²] over the unit's input columns of the output projection."""
-    _needs_stats(context, "activation")
-    out = context.adapter.out_proj(layer, component)
-    assert out is not None and context.stats is not None
-    return _reduce(column_energy(out.weight) * context.stats.get(layer, _out_role(component)).mean_sq, context, component)
+    return _weighted_columns(context, layer, component, "activation", "mean_sq")
 
 
 @CRITERIA.register("fluctuation")
 def fluctuation(context: ScoringContext, layer: int, component: str) -> torch.Tensor:
     """Σ_j ||W[:, j]||² · Var[x_j]: what a unit's output varies by (its mean can be kept as a bias)."""
-    _needs_stats(context, "fluctuation")
-    out = context.adapter.out_proj(layer, component)
-    assert out is not None and context.stats is not None
-    return _reduce(column_energy(out.weight) * context.stats.get(layer, _out_role(component)).var, context, component)
+    return _weighted_columns(context, layer, component, "fluctuation", "var")
 
 
 @CRITERIA.register("taylor")
