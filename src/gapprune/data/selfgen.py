@@ -17,6 +17,7 @@ measured with other profiler and criterion settings).
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 from transformers import GenerationMixin, PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data.text import bos_token_id
@@ -48,6 +49,7 @@ def self_generated_windows(
     top_p: float = 0.95,
     lead: int | None = None,
     batch_size: int = 8,
+    progress: bool = True,
 ) -> torch.Tensor:
     """`n_samples` windows of exactly `seq_len` tokens sampled from the model. (n, T)
 
@@ -64,6 +66,7 @@ def self_generated_windows(
     generator = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
+    bar = tqdm(total=n_samples, desc="sampling calibration text", unit="window", disable=not progress)
     for first in range(0, n_samples, batch_size):
         b = min(batch_size, n_samples - first)
         if start is None:  # no separator: a random vocabulary token (LLM-QAT)
@@ -78,4 +81,6 @@ def self_generated_windows(
         )
         text = seqs[:, -text_len:].cpu()
         out.append(text if bos is None else torch.cat([text.new_full((b, 1), bos), text], dim=1))
+        bar.update(b)
+    bar.close()
     return torch.cat(out)

@@ -83,7 +83,7 @@ def teacher_windows(
         else:
             part = self_generated_windows(
                 teacher, tokenizer, batch_size, text_len * per_sequence + (bos is not None), seed=seed + i,
-                temperature=temperature, top_p=top_p, lead=0, batch_size=batch_size,
+                temperature=temperature, top_p=top_p, lead=0, batch_size=batch_size, progress=False,
             )  # (b, [BOS] + per_sequence * text_len)
             tmp = path.with_suffix(".tmp")
             torch.save(part, tmp)
