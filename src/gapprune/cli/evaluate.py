@@ -35,9 +35,10 @@ class PplCommand:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.perplexity import evaluate_ppl
 
-        model, tokenizer = load(args.model, device=args.device, dtype=args.dtype)
+        model, found = load(args.model, device=args.device, dtype=args.dtype)
+        tokenizer = require_tokenizer(found, args.model, "perplexity reads text")
         result = evaluate_ppl(
-            model, require_tokenizer(tokenizer, args.model, "perplexity reads text"), args.dataset, split=args.split, seq_len=args.seq_len,
+            model, tokenizer, args.dataset, split=args.split, seq_len=args.seq_len,
             max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
         )
         record = {"model": args.model, **result.to_record()}
@@ -67,7 +68,8 @@ class InfoCommand:
         model, _ = load(args.model, dtype=args.dtype)
         adapter = get_adapter(model)
         total = sum(p.numel() for p in model.parameters())
-        print(f"{(model.config.architectures or [type(model).__name__])[0]}: {adapter.n_layers} layers, hidden {adapter.hidden}, {total:,} parameters")
+        architecture = (model.config.architectures or [type(model).__name__])[0]
+        print(f"{architecture}: {adapter.n_layers} layers, hidden {adapter.hidden}, {total:,} parameters")
         for i, shape in enumerate(adapter.shapes()):
             print(f"  layer {i:3d}: heads {shape.n_heads:3d}  kv {shape.n_kv_heads:3d}  mlp {shape.intermediate:6d}")
         return 0
@@ -100,9 +102,10 @@ class EvalCommand:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.records import eval_records, eval_table
 
-        model, tokenizer = load(args.model, device=args.device, dtype=args.dtype)
+        model, found = load(args.model, device=args.device, dtype=args.dtype)
+        tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
         records = eval_records(
-            model, require_tokenizer(tokenizer, args.model, "evaluation reads text"), args.model, datasets=[d for d in args.ppl.split(",") if d],
+            model, tokenizer, args.model, datasets=[d for d in args.ppl.split(",") if d],
             tasks=[t for t in args.tasks.split(",") if t], seq_len=args.seq_len, max_windows=args.max_windows,
             limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
         )
