@@ -1,5 +1,5 @@
-"""bfloat16 end to end on CPU: the weights keep their dtype through surgery, compensation, saving and
-GGUF export, while statistics, Grams and solves accumulate in float32 (or float64)."""
+"""bfloat16 and float16 end to end on CPU: the weights keep their dtype through surgery, compensation,
+saving and GGUF export, while statistics, Grams and solves accumulate in float32 (or float64)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.precision.contracts import (
 )
 
 BF16 = torch.bfloat16
+HALF = [pytest.param(BF16, id="bf16"), pytest.param(torch.float16, id="fp16")]
 
 
 def test_auto_dtype_is_float32_on_cpu_and_the_checkpoints_own_on_a_gpu():
@@ -47,23 +48,25 @@ def test_every_command_that_loads_a_model_takes_dtype(command):
     assert args.dtype == "bfloat16"
 
 
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
-def test_removal_equals_masking_in_bf16(make):
-    removal_equals_masking(as_dtype(make(), BF16), IDS, atol=1e-2)
+def test_removal_equals_masking_in_half_precision(make, dtype):
+    removal_equals_masking(as_dtype(make(), dtype), IDS, atol=1e-2)
 
 
-def test_bf16_default_prune_keeps_bf16_weights_and_float32_statistics(tmp_path):
-    model = as_dtype(tiny_qwen2(), BF16)
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_default_prune_keeps_its_weights_dtype_and_float32_statistics(tmp_path, dtype):
+    model = as_dtype(tiny_qwen2(), dtype)
     plan, pruned, run = default_plan(model, IDS)
     assert plan.params_removed > 0
-    assert all(p.dtype == BF16 for p in pruned.parameters())  # compensation's biases included
+    assert all(p.dtype == dtype for p in pruned.parameters())  # compensation's biases included
     gram = run.calibration.gram
     gram.ensure(0)
     assert all(g.dtype == torch.float32 for g in (*gram.fit.values(), *gram.held_out.values()))
     assert all(s.sum.dtype == torch.float64 for per in run.calibration.stats.stats for s in per.values())
-    assert run.calibration.inputs.hidden[0][0].dtype == BF16  # cached layer inputs: the activations' own dtype
+    assert run.calibration.inputs.hidden[0][0].dtype == dtype  # cached layer inputs: the activations' own dtype
     assert all(torch.isfinite(torch.as_tensor(run.table.loss[c])).all() for c in ("attn", "mlp"))
-    save_reload_same_logits(pruned, IDS, tmp_path / "bf16", BF16)
+    save_reload_same_logits(pruned, IDS, tmp_path / "half", dtype)
 
 
 def test_bf16_plan_is_close_to_the_float32_plan():
@@ -75,21 +78,23 @@ def test_bf16_plan_is_close_to_the_float32_plan():
     assert (a - b).abs().max() < 0.1 * a.abs().max()
 
 
-def test_cli_prune_in_bf16_saves_bf16_and_records_it(tiny_model_folder, tmp_path):
+@pytest.mark.parametrize(("dtype", "stored"), [("bfloat16", "BF16"), ("float16", "F16")])
+def test_cli_prune_in_half_precision_saves_that_dtype_and_records_it(tiny_model_folder, tmp_path, dtype, stored):
     from gapprune.cli import main
 
     folder, text = tiny_model_folder
     out = tmp_path / "out"
     argv = ["prune", str(folder), "--ratio", "0.3", "--out", str(out), "--calib", str(text), "--calib-samples", "4",
             "--profile-samples", "4", "--seq-len", "32", "--batch-size", "2", "--channel-step", "32", "--no-plots",
-            "--dtype", "bfloat16", "--gguf", str(tmp_path / "m.gguf"), "--gguf-type", "f16"]
+            "--dtype", dtype, "--gguf", str(tmp_path / "m.gguf"), "--gguf-type", "f16"]
     assert main(argv) == 0
-    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
-    assert json.loads((out / "plan.json").read_text())["config"]["dtype"] == "bfloat16"
+    assert json.loads((out / "config.json").read_text())["dtype"] == dtype
+    assert json.loads((out / "plan.json").read_text())["config"]["dtype"] == dtype
     from safetensors import safe_open
 
     with safe_open(out / "model.safetensors", "pt") as f:
-        assert {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__) == {"BF16"}
+        stored_dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    assert stored_dtypes == {stored}
     assert (tmp_path / "m.gguf").stat().st_size > 0
 
 
