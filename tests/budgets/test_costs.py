@@ -7,7 +7,6 @@ import pytest
 
 from gapprune.allocate.knapsack import InfeasibleBudget
 from gapprune.allocate.table import LossTable
-from gapprune.budgets import memory
 from gapprune.budgets.budget import Budget, achieved, allocate_budget, parse_size, reachable_range
 from gapprune.budgets.microbench import BenchSettings, fit_costs, grid_points
 from gapprune.budgets.runner import check_shapes, default_options
@@ -53,7 +52,7 @@ def test_fitted_table_has_one_positive_cost_per_option() -> None:
     assert costs.fixed["decode_us"] > 0 and costs.fixed["weight_bytes"] > 0
     # the additive prediction reproduces an additive runtime on the held-out whole-model checks
     for name, check in costs.fit["checks"].items():
-        assert check["decode_us"]["predicted"] == pytest.approx(check["decode_us"]["measured"], rel=0.05), name
+        assert check["decode_us"]["predicted"] == pytest.approx(check["decode_us"]["measured"], rel=0.01), name
 
 
 def test_cost_table_survives_save_and_load(tmp_path) -> None:
@@ -72,8 +71,10 @@ def test_cost_table_survives_save_and_load(tmp_path) -> None:
 def test_memory_counts_weights_and_kv_cache_at_the_context() -> None:
     costs = fitted("f16")
     dense = costs.total("memory_bytes", costs.dense_choice(), 1000)
-    weights = memory.fixed_bytes(DIMS, "f16") + DIMS.n_layers * (memory.attn_bytes(DIMS, 4, 2, "f16")
-                                                                + memory.mlp_bytes(DIMS, 256, "f16"))
+    # counted by hand, not through `memory`: f16 matrices, f32 norms, one tied 512 x 64 embedding
+    attn = 64 * 4 + 2 * (64 * 64 * 2) + 2 * (32 * 64 * 2)  # attn_norm; q and o (4 heads of 16); k and v (2 KV heads)
+    mlp = 64 * 4 + 3 * (256 * 64 * 2)  # ffn_norm; gate, up, down
+    weights = 512 * 64 * 2 + 64 * 4 + DIMS.n_layers * (attn + mlp)  # embedding, final norm, layers
     kv = DIMS.n_layers * 2 * 2 * DIMS.head_dim * 2 * 1024  # K and V, 2 KV heads, f16, 1000 -> 1024 cells
     assert dense == weights + kv
 
@@ -105,8 +106,9 @@ def test_sizes_parse_in_decimal_and_binary_units() -> None:
         parse_size("a lot")
 
 
-def test_plan_for_takes_a_runtime_allocator() -> None:
-    """The orchestrator's allocation step accepts the budget's allocator in place of the ratio's."""
+def test_the_runtime_allocator_meets_its_budget_from_a_profile() -> None:
+    """What the orchestrator's allocation step calls (`plan_for(..., allocate_with=...)`, tested in
+    tests/pipeline/test_stages.py) meets the budget from the profile's table alone."""
     from types import SimpleNamespace
 
     from gapprune.budgets.budget import runtime_allocator

@@ -7,6 +7,7 @@ from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hoo
 from gapprune.calibrate.gram import GramStats, gram_hooks
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
+from gapprune.models.modeling_gapprune import attention_of
 
 
 def _context(model, ids, criterion):
@@ -27,7 +28,7 @@ def test_one_finite_score_per_unit(tiny_model, token_ids, criterion):
         shape = adapter.layer_shape(layer)
         assert scores.get(layer, "attn").shape == (shape.n_heads,)
         assert scores.get(layer, "mlp").shape == (shape.intermediate,)
-        assert torch.isfinite(scores.get(layer, "mlp")).all()
+        assert torch.isfinite(scores.get(layer, "mlp")).all() and torch.isfinite(scores.get(layer, "attn")).all()
 
 
 @pytest.mark.parametrize("criterion", ["magnitude", "activation"])
@@ -36,13 +37,13 @@ def test_unit_with_zero_output_weights_scores_lowest(llama, token_ids, criterion
     with torch.no_grad():
         adapter.out_proj(1, "mlp").weight[:, 7] = 0
         adapter.out_proj(1, "attn").weight[:, 2 * adapter.head_dim : 3 * adapter.head_dim] = 0  # head 2
-        if criterion == "magnitude":  # magnitude also counts the unit's input rows
+        if criterion == "magnitude":  # magnitude also counts the unit's own input rows (the query rows of a head)
             adapter.component_weights(1, "mlp")[0].weight[7] = 0
             adapter.component_weights(1, "mlp")[1].weight[7] = 0
+            attention_of(adapter.layers[1]).q_proj.weight[2 * adapter.head_dim : 3 * adapter.head_dim] = 0
     scores = score_units(_context(llama, token_ids, criterion), criterion)
     assert int(scores.get(1, "mlp").argmin()) == 7
-    if criterion == "activation":
-        assert int(scores.get(1, "attn").argmin()) == 2
+    assert int(scores.get(1, "attn").argmin()) == 2
 
 
 def test_unknown_criterion_suggests_a_name():

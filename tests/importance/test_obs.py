@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
@@ -65,9 +63,6 @@ def test_greedy_order_removes_the_least_error_unit_first_and_then_the_best_given
     assert order[0] == first
     second = min((u for u in range(4) if u != first), key=lambda u: best_refit_error(weight, damped, cols([first, u]))[0])
     assert order[1] == second
-    # greedy, not exhaustive: the pair it removes is no better than the best pair
-    best_pair = min(best_refit_error(weight, damped, cols(p))[0] for p in itertools.combinations(range(4), 2))
-    assert best_refit_error(weight, damped, cols(order[:2]))[0] >= best_pair - 1e-9
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -117,12 +112,13 @@ def test_damped_inverse_works_in_its_own_buffer_and_equals_the_inverse_of_the_su
     g = torch.Generator().manual_seed(3)
     halves = [(x := torch.randn(200, 96, generator=g)).T @ x for _ in range(2)]
     total = halves[0] + halves[1]
+    before = [h.clone() for h in halves]
     inverse = damped_inverse(halves, torch.float32)
     assert inverse.is_contiguous()  # row-major, as the in-place compaction needs
     assert torch.equal(inverse, damped_inverse(total, torch.float32))  # the parts summed exactly as the caller did
     damped = total.double() + DAMP * float(total.diagonal().mean()) * torch.eye(96, dtype=torch.float64)
     torch.testing.assert_close(inverse.double(), torch.linalg.inv(damped), rtol=1e-4, atol=1e-7)
-    assert torch.equal(halves[0] + halves[1], total)  # the halves are read, not written
+    assert all(torch.equal(h, b) for h, b in zip(halves, before, strict=True))  # the halves are read, not written
 
 
 def test_orders_from_parts_equal_the_orders_from_the_joined_statistics():
@@ -130,9 +126,10 @@ def test_orders_from_parts_equal_the_orders_from_the_joined_statistics():
     weight = torch.randn(8, 64, generator=g)
     fit, held_out = (torch.randn(6, 64, generator=g) * torch.linspace(0.2, 3.0, 64) for _ in range(2))
     joined = torch.cat([fit, held_out])
+    before = joined.clone()
     assert obs_order_tokens(weight, [fit, held_out], 1, 4) == obs_order_tokens(weight, joined, 1, 4)
     assert obs_order(weight, [fit.T @ fit, held_out.T @ held_out], 1, 4) == obs_order(weight, joined.T @ joined, 1, 4)
-    assert torch.equal(torch.cat([fit, held_out]), joined)  # the caller's rows are left as they were
+    assert torch.equal(torch.cat([fit, held_out]), before) and torch.equal(joined, before)  # the caller's rows stay
 
 
 def test_float32_solve_keeps_the_float64_order_on_a_well_conditioned_layer():

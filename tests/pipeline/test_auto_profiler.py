@@ -55,6 +55,7 @@ def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(exa
         assert (second.exact[c] >= first.exact[c]).all()  # nothing measured before is lost or re-estimated
         kept = first.exact[c]
         assert np.allclose(second.loss[c][kept], first.loss[c][kept])
+    assert second.n_exact() > first.n_exact()  # the larger ratio's plan needed entries the first had not measured
 
 
 def test_the_screen_thins_its_columns_by_default_only_for_a_billion_parameter_decoder(exact_run, ids, monkeypatch):

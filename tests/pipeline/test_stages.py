@@ -88,6 +88,9 @@ def test_a_profile_folder_serves_other_ratios_and_allocators(tiny_model_folder, 
     phases = {d.name: json.loads((d / "run.json").read_text())["phases"] for d in (direct, reused)}
     assert "importance" in phases["direct"] and "importance" not in phases["reused"]  # this run's work only
     assert main(prune_args(folder, text, tmp_path / "owl", "--allocator", "owl", "--profile", str(direct))) == 0
+    owl = json.loads((tmp_path / "owl" / "plan.json").read_text())
+    assert owl["config"]["allocator"] == "owl" and owl["layers"] != json.loads((direct / "plan.json").read_text())["layers"]
+    assert "importance" not in json.loads((tmp_path / "owl" / "run.json").read_text())["phases"]
 
 
 def test_a_decoder_ratio_prunes_that_share_of_the_decoder_also_from_an_older_profile(tiny_model_folder, tmp_path,
@@ -195,7 +198,29 @@ def test_a_profile_lends_its_scores_to_the_same_model_and_refuses_other_weights(
     profile, config = run.profile, tiny_config(ids, criterion="obs")
     again = calibrate_on(model, ids, config, scores=profile.scores)
     assert "importance" not in again.timings and again.scores is profile.scores
+    assert calibrate_on(model, ids, config).scores.to_dict() == profile.scores.to_dict()  # what scoring would give
     assert plan_for(config, again, profile)[0].layers == plan_for(config, None, profile, adapter=again.adapter)[0].layers
     other = calibrate_on(tiny_llama(1), ids, config, scores=profile.scores)
     with pytest.raises(ValueError, match="other weights"):
         plan_for(config, other, profile)
+
+
+def test_plan_for_takes_another_allocator_in_place_of_the_ratios_and_refuses_refine_with_it():
+    """The allocation step of the orchestrator accepts any `Profile -> Allocation` (the runtime budgets' way in)."""
+    from gapprune.pipeline import allocate, plan_for
+    from tests.conftest import tiny_llama
+    from tests.helpers import tiny_config, tiny_run
+
+    ids = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(4))
+    run = tiny_run(tiny_llama(0), ids)
+    config, seen = tiny_config(ids), []
+
+    def uniform_at_40(profile):
+        seen.append(profile)
+        return allocate(profile, 0.4, "uniform")
+
+    plan, _ = plan_for(config, None, run.profile, adapter=run.adapter, allocate_with=uniform_at_40)
+    assert seen == [run.profile]
+    assert plan.layers == run.plan(0.4, "uniform").layers != run.plan(config.ratio, config.allocator).layers
+    with pytest.raises(ValueError, match="runtime budget"):
+        plan_for(config, None, run.profile, adapter=run.adapter, allocate_with=uniform_at_40, refine=1)

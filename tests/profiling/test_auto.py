@@ -138,10 +138,14 @@ def test_lagrange_multiplier_reproduces_the_removed_parameters():
     truth, _ = synthetic_tables(6)
     plan = solver(budgets()[1])(truth)
     lam = lagrange_multiplier(truth, plan)
-    relaxed = {c: np.argmin(truth.loss[c] - lam * truth.removed[c], axis=1) for c in COMPONENTS}
-    removed = sum(int(truth.removed[c][np.arange(N_LAYERS), relaxed[c]].sum()) for c in COMPONENTS)
+
+    def removed_at(price: float) -> int:
+        relaxed = {c: np.argmin(truth.loss[c] - price * truth.removed[c], axis=1) for c in COMPONENTS}
+        return sum(int(truth.removed[c][np.arange(N_LAYERS), relaxed[c]].sum()) for c in COMPONENTS)
+
     target = sum(int(truth.removed[c][np.arange(N_LAYERS), plan[c]].sum()) for c in COMPONENTS)
-    assert removed >= target and lam > 0
+    assert lam > 0 and removed_at(lam) >= target
+    assert removed_at(lam * (1 - 1e-6)) < target  # the smallest such price, not any large one
 
 
 def test_a_coarser_grid_measures_only_its_columns():

@@ -97,6 +97,7 @@ def test_fisher_gradients_are_per_sample():
     ids = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(4))
     together = mask_gradients(model, ids, batch_size=4, labels="data", progress=False)
     alone = mask_gradients(model, ids, batch_size=1, labels="data", progress=False)
+    assert together and together.keys() == alone.keys()
     for key in together:
         assert torch.allclose(together[key], alone[key], rtol=1e-4, atol=1e-7), key
 

@@ -40,7 +40,12 @@ def test_layer_major_gives_the_batched_table(tiny_model, metric):
     assert layer_major.meta["traversal"] == "layer_major"
 
 
-def test_pending_states_in_a_scratch_file_and_a_subset_of_layers(llama, tmp_path):
+def test_pending_states_in_a_scratch_file_and_a_subset_of_layers(llama, tmp_path, monkeypatch):
+    from gapprune.profiling import layer_major
+
+    scratch_files = []
+    mkstemp = layer_major.tempfile.mkstemp
+    monkeypatch.setattr(layer_major.tempfile, "mkstemp", lambda **kw: scratch_files.append(kw) or mkstemp(**kw))
     adapter, inputs, scores = _parts(llama)
     batched = build_loss_table_batched(adapter, inputs, scores, channel_step=32, layers=[1, 3], progress=False)
     rows: dict[int, dict] = {}
@@ -48,7 +53,14 @@ def test_pending_states_in_a_scratch_file_and_a_subset_of_layers(llama, tmp_path
                                            max_pending_bytes=0, scratch_dir=tmp_path,
                                            on_layer=lambda layer, row: rows.__setitem__(layer, row))
     _same(on_file, batched)
-    assert sorted(rows) == [1, 3] and not list(tmp_path.iterdir())  # the scratch file is gone
-    resumed = build_loss_table_layer_major(adapter, inputs, scores, channel_step=32, layers=[1, 3], done={1: rows[1]},
+    assert scratch_files and scratch_files[0]["dir"] == tmp_path  # the states went through a scratch file ...
+    assert sorted(rows) == [1, 3] and not list(tmp_path.iterdir())  # ... which is gone
+    marked = {c: {k: v + 1.0 for k, v in values.items()} for c, values in rows[1].items()}  # not what a replay gives
+    resumed = build_loss_table_layer_major(adapter, inputs, scores, channel_step=32, layers=[1, 3], done={1: marked},
                                            progress=False)
-    _same(resumed, batched)
+    assert resumed.meta["resumed_layers"] == [1]
+    for c, values in marked.items():  # layer 1 taken as given, not replayed
+        for k, v in values.items():
+            assert resumed.loss[c][1, int(k)] == pytest.approx(v)
+    for c in ("attn", "mlp"):
+        np.testing.assert_allclose(resumed.loss[c][3], batched.loss[c][3], rtol=1e-4, atol=2e-6)

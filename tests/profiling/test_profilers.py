@@ -35,7 +35,7 @@ def test_a_streamed_model_refuses_what_needs_every_layer(settings, message):
         check_supported(config, streamed=True)
 
 
-def test_a_given_plan_or_a_baseline_allocator_profiles_nothing():
+def test_a_given_plan_or_a_baseline_allocator_is_not_refused_when_streamed():
     config = PruneConfig(ratio=0.2, profiler="fisher")
     check_supported(config, streamed=True, plan_given=True)
     check_supported(PruneConfig(ratio=0.2, profiler="fisher", allocator="uniform"), streamed=True)
