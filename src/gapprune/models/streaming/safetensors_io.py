@@ -30,14 +30,43 @@ class TensorSource:
     shape: tuple[int, ...]
 
 
+def corrupt(path: Path, why: str) -> ValueError:
+    return ValueError(f"{path} is corrupt or truncated ({why}); re-export or re-download it")
+
+
 def read_header(path: Path) -> dict[str, TensorSource]:
-    """The tensors of one safetensors file (8-byte header length, JSON header, then raw data)."""
+    """The tensors of one safetensors file (8-byte header length, JSON header, then raw data).
+
+    The header is checked against the file's size: a streamed model reads each tensor later, one at
+    a time, and a short file would otherwise hand back uninitialised memory for the missing bytes.
+    """
+    if not path.is_file():
+        raise ValueError(f"{path} is missing (a weights file the model folder needs); re-export or re-download it")
+    size = path.stat().st_size
     with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise corrupt(path, f"{size} bytes, shorter than a safetensors header")
+        (length,) = struct.unpack("<Q", prefix)
+        if 8 + length > size:
+            raise corrupt(path, f"its header claims {length:,} bytes, the file has {size:,}")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise corrupt(path, f"its header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise corrupt(path, "its header is not a JSON object")
     header.pop("__metadata__", None)
-    return {name: TensorSource(path, 8 + length + info["data_offsets"][0], _DTYPES[info["dtype"]], tuple(info["shape"]))
-            for name, info in header.items()}
+    sources = {}
+    for name, info in header.items():
+        try:
+            dtype, shape, (start, end) = _DTYPES[info["dtype"]], tuple(info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise corrupt(path, f"tensor {name!r} has an unreadable entry ({e!r})") from None
+        if end - start != math.prod(shape) * dtype.itemsize or 8 + length + end > size:
+            raise corrupt(path, f"tensor {name!r} ends at byte {8 + length + end:,} of {size:,}")
+        sources[name] = TensorSource(path, 8 + length + start, dtype, shape)
+    return sources
 
 
 def folder_sources(folder: Path) -> dict[str, TensorSource]:
@@ -54,7 +83,9 @@ def read_tensor(source: TensorSource, dtype: torch.dtype | None = None, device: 
     out = torch.empty(source.shape, dtype=source.dtype)
     if out.numel():
         with source.path.open("rb") as f:
-            os.preadv(f.fileno(), [out.view(-1).view(torch.uint8).numpy().data], source.offset)
+            got = os.preadv(f.fileno(), [out.view(-1).view(torch.uint8).numpy().data], source.offset)
+        if got != out.numel() * out.element_size():  # the file shrank after its header was read
+            raise corrupt(source.path, f"read {got:,} of {out.numel() * out.element_size():,} bytes at {source.offset:,}")
     if dtype is not None and out.is_floating_point():
         out = out.to(dtype)
     return out.to(device)
