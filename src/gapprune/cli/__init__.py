@@ -7,8 +7,13 @@ writing a class with `name`, `add(subparsers)` and `run(args)` and listing it in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from gapprune.cli.evaluate import BenchCommand, EvalCommand, InfoCommand, PplCommand
 from gapprune.cli.export import ExportCommand
@@ -32,11 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return int(args.run(args))
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError, ImportError) as err:
+        with stop_on_sigterm():
+            if getattr(args, "device", None):
+                from gapprune.models.loading import check_device
+
+                check_device(args.device)  # before any work, not when the model is first moved
+            return int(args.run(args))
+    except (ValueError, OSError, KeyError, ImportError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        if isinstance(err, OSError) and err.filename and not isinstance(err, (FileNotFoundError, FileExistsError)):
+            message = f"cannot use {err.filename}: {err.strerror}; check the path and its permissions"
         print(f"gapprune {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        print(f"gapprune {args.command}: stopped{f' by {stop}' if str(stop) else ''}; no partial output is left "
+              "(profiling checkpoints stay in the cache, so a rerun resumes)", file=sys.stderr)
+        return 130
     except Exception as err:
         from gapprune.distributed import describe
 
@@ -45,6 +61,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gapprune {args.command}: {describe()} failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
 
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler's kill, `timeout`) unwinds like Ctrl-C, so temporary output folders are removed.
+
+    Python's default for SIGTERM is to die on the spot, leaving `.OUT.tmp-*` folders behind. Under
+    torchrun `distributed.setup` installs its own handler, which this one then gives way to.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 if __name__ == "__main__":
     sys.exit(main())

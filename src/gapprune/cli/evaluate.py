@@ -34,7 +34,10 @@ class PplCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.perplexity import evaluate_ppl
+        from gapprune.export.output import check_output
 
+        if args.json:
+            check_output(args.json, overwrite=True, kind="file", flag="--json")
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "perplexity reads text")
         result = evaluate_ppl(
@@ -101,7 +104,10 @@ class EvalCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.records import eval_records, eval_table
+        from gapprune.export.output import check_output
 
+        if args.out:
+            check_output(args.out, overwrite=True, kind="file")
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
         records = eval_records(
@@ -140,7 +146,10 @@ class BenchCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load
         from gapprune.evaluate.records import speed_line, speed_records
+        from gapprune.export.output import check_output
 
+        if args.out:
+            check_output(args.out, overwrite=True, kind="file")
         records = speed_records(
             [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device, dtype=args.dtype)[0],
             batches=[int(b) for b in args.batches.split(",")], prompt_tokens=args.prompt_tokens,

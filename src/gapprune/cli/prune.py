@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_plan, finish
@@ -48,6 +47,7 @@ class PruneCommand:
         from gapprune.distributed import is_main, setup
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.run_record import run_record
+        from gapprune.export.output import check_output
         from gapprune.models.streaming import is_streamed
         from gapprune.pipeline import Profile
         from gapprune.profiling.profilers import check_supported
@@ -65,8 +65,7 @@ class PruneCommand:
                 raise ValueError("--ratio is required (the fraction of parameters to remove), unless --plan gives one")
             args.ratio = float(plan_in.config.get("ratio") or plan_in.summary["achieved_ratio"])
         config = config_from(args, PruneConfig)
-        if Path(args.out).exists() and not args.overwrite:
-            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        check_output(args.out, overwrite=args.overwrite)
         check_prunable(args.model)
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         profile_in = Profile.load(args.profile) if args.profile else None
@@ -137,13 +136,13 @@ class ProfileCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import check_prunable, load, profile, require_tokenizer, write_profile_folder
         from gapprune.distributed import is_main, setup
+        from gapprune.export.output import check_output
         from gapprune.profiling.profilers import check_supported
 
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
                     if name not in ProfileCommand.not_profile_settings}
         config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
-        if Path(args.out).exists() and not args.overwrite:
-            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        check_output(args.out, overwrite=args.overwrite)
         check_prunable(args.model)
         check_supported(config, streamed=False)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group

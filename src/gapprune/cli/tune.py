@@ -66,12 +66,13 @@ class TuneCommand:
         import shutil
 
         from gapprune.api import load, require_tokenizer
+        from gapprune.export.output import check_output
         from gapprune.export.save import save
         from gapprune.tune import DistillConfig, DistillResult, TuneConfig, TuneResult, distill, lora_tune
 
         config = _config(args, DistillConfig if args.distill else TuneConfig)
-        if Path(args.out).exists() and not args.overwrite:
-            raise FileExistsError(f"{args.out} already exists; choose another --out or pass --overwrite")
+        check_output(args.out, overwrite=args.overwrite)
+        check_output(args.checkpoint_dir or f"{args.out}.ckpt", overwrite=True, flag="--checkpoint-dir")
         model, found = load(args.model, dtype=getattr(config, "dtype", None))  # the training dtype is the load dtype
         tokenizer = require_tokenizer(found, args.model, "tuning trains on text")
         checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from gapprune.export import gguf_layout, gguf_tensors, gguf_tokenizer
+from gapprune.export.output import check_output
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,7 @@ def check_export_args(out: str | Path, file_type: str, overwrite: bool) -> None:
         raise ValueError(f"unknown GGUF type {file_type!r}; choose one of {', '.join(supported_types())}")
     if out.suffix != ".gguf":
         raise ValueError(f"{out} does not end in .gguf; name the output file FILE.gguf")
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; choose another file or pass overwrite=True")
+    check_output(out, overwrite=overwrite, kind="file", flag="--gguf")
 
 
 @torch.inference_mode()

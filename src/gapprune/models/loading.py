@@ -296,6 +296,25 @@ def resolve_model_source(spec: str, cache_dir: Path | None = None) -> str:
     return str(folder)
 
 
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` parsed, or a one-line error: a name torch does not know, CUDA where there is none, a GPU index too high."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device name; use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ValueError(f"device {device!r}: torch sees no CUDA GPU here (torch {torch.__version__}, {build}); "
+                             "use --device cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA GPU(s) visible "
+                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    elif parsed.type not in ("cpu", "mps", "xpu"):
+        raise ValueError(f"device {device!r}: gapprune runs on cpu or cuda[:N]")
+    return parsed
+
+
 def load_model(
     spec: str, *, dtype: str | torch.dtype | None = None, device: str = "cpu", cache_dir: Path | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
@@ -307,6 +326,7 @@ def load_model(
     from gapprune.models.modeling_gapprune import PRUNED_CLASS_FOR_ARCHITECTURE
 
     start = time.perf_counter()
+    check_device(device)
     source = resolve_model_source(spec, cache_dir)
     config = read_config(source)
     dtype = resolve_dtype(dtype, device, config)

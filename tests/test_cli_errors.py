@@ -1,0 +1,88 @@
+"""Bad input and interruptions at the command line: one line naming the problem and the fix, exit code 2
+(130 when stopped), before any work, and no partial output left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from gapprune.cli import main, stop_on_sigterm
+from gapprune.export.save import write_atomically
+
+UNWRITABLE = Path("/proc/gapprune-test")  # /proc refuses new entries, even to root
+needs_proc = pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux /proc")
+
+
+def prune_args(folder: Path, text: Path, out: Path, *extra: str) -> list[str]:
+    return ["prune", str(folder), "--ratio", "0.3", "--out", str(out), "--calib", str(text), "--calib-samples", "4",
+            "--profile-samples", "4", "--seq-len", "32", "--channel-step", "32", "--no-plots", *extra]
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    pytest.param("cuda", "no CUDA GPU here", marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has CUDA")),
+    pytest.param("cuda:64", "CUDA GPU", id="cuda-index"),
+    ("garbage", "not a device name"),
+])
+@pytest.mark.parametrize("command", ["prune", "ppl"])
+def test_a_device_that_is_not_there_is_refused_before_loading(tiny_model_folder, tmp_path, capsys, monkeypatch,
+                                                             device, message, command):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the device was checked"))
+    folder, text = tiny_model_folder
+    argv = prune_args(folder, text, tmp_path / "out") if command == "prune" else ["ppl", str(folder)]
+    assert main([*argv, "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_file_or_lies_under_one_is_refused_before_loading(tiny_model_folder, tmp_path, capsys):
+    folder, text = tiny_model_folder
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    assert main(prune_args(folder, text, a_file, "--overwrite")) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "keep me"
+    assert main(prune_args(folder, text, a_file / "out")) == 2
+    assert "is a file, so" in capsys.readouterr().err
+
+
+@needs_proc
+@pytest.mark.parametrize("where", ["out", "gguf"])
+def test_an_unwritable_output_is_refused_before_any_work(tiny_model_folder, tmp_path, capsys, monkeypatch, where):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the output was checked"))
+    folder, text = tiny_model_folder
+    out, extra = (UNWRITABLE / "out", []) if where == "out" else (tmp_path / "out", ["--gguf", str(UNWRITABLE / "m.gguf")])
+    assert main(prune_args(folder, text, out, *extra)) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_temporary_folder(tmp_path):
+    def fill(tmp: Path) -> None:
+        (tmp / "half.bin").write_bytes(b"x")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"), stop_on_sigterm():
+        write_atomically(tmp_path / "out", fill)
+    assert not list(tmp_path.iterdir())
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the command's only
+
+
+def test_a_stopped_command_exits_130_with_one_line(tiny_model_folder, tmp_path, capsys, monkeypatch):
+    from gapprune.cli.prune import PruneCommand
+
+    def killed(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(PruneCommand, "run", staticmethod(killed))
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "out")) == 130
+    assert "stopped by SIGTERM; no partial output" in capsys.readouterr().err
