@@ -86,3 +86,11 @@ def test_a_stopped_command_exits_130_with_one_line(tiny_model_folder, tmp_path, 
     folder, text = tiny_model_folder
     assert main(prune_args(folder, text, tmp_path / "out")) == 130
     assert "stopped by SIGTERM; no partial output" in capsys.readouterr().err
+
+
+def test_a_speed_budget_on_a_folder_names_the_export_before_any_work(tiny_model_folder, tmp_path, capsys):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "out", "--speedup", "1.5")) == 2
+    err = capsys.readouterr().err
+    assert "--speedup times llama.cpp" in err and f"gapprune export {folder} --gguf" in err
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ from tests.budgets.test_costs import fitted
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="smollm2-135m")  # the prune command's positional MODEL
     add_budget_flags(parser)
     return parser.parse_args(list(argv))
 

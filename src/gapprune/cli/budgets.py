@@ -37,6 +37,12 @@ def budget_from_args(args: argparse.Namespace) -> Budget | None:
     if args.speedup is not None and args.max_memory is not None:
         raise ValueError("pass --speedup or --max-memory, not both")
     if args.speedup is not None:
+        from gapprune.models.loading import ALIASES
+
+        if args.model not in ALIASES and not str(args.model).endswith(".gguf"):
+            raise ValueError(f"--speedup times llama.cpp on synthetic GGUF files that take their tokenizer from the "
+                             f"model's GGUF, and {args.model} is not one: export it first "
+                             f"(gapprune export {args.model} --gguf model.gguf) and prune model.gguf, or use --max-memory")
         return Budget("speedup", args.speedup)
     if args.max_memory is not None:
         return Budget("memory", parse_size(args.max_memory), args.context)
