@@ -94,3 +94,19 @@ def test_a_speed_budget_on_a_folder_names_the_export_before_any_work(tiny_model_
     err = capsys.readouterr().err
     assert "--speedup times llama.cpp" in err and f"gapprune export {folder} --gguf" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (None, "is not a model folder (no config.json)"),
+    ('{"model_type": "zzgarbage"}', "names no model family this transformers knows"),
+    ("{}", "names no model family this transformers knows"),
+])
+def test_a_folder_without_a_known_config_says_so_in_one_line(tmp_path, capsys, config, message):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(config)
+    assert main(["info", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert config is None or "gapprune prunes" in err and "LlamaForCausalLM" in err

@@ -258,9 +258,18 @@ def looks_like_hub_id(spec: str) -> bool:
 
 
 def read_config(source: str) -> Any:
-    """The model's config; a hub id that cannot be fetched gets a one-line reason instead of a traceback."""
+    """The model's config; a hub id that cannot be fetched, a folder without a config or a config of no
+    known family gets a one-line reason instead of a traceback."""
+    if Path(source).is_dir() and not (Path(source) / "config.json").is_file():
+        raise ValueError(f"{source} is not a model folder (no config.json); pass a model folder, a .gguf file or an alias")
     try:
         return AutoConfig.from_pretrained(source)
+    except ValueError as err:  # transformers: no or unknown `model_type`
+        from gapprune.models.adapter import ADAPTERS
+
+        reason = str(err).strip().splitlines()[0]
+        raise ValueError(f"{source}: its config.json names no model family this transformers knows ({reason}); "
+                         f"gapprune prunes {', '.join(ADAPTERS.supported())}") from None
     except OSError as err:
         if Path(source).is_dir():
             raise ValueError(f"{source} is not a model folder (no readable config.json): {err}") from None
