@@ -10,8 +10,10 @@ from gapprune.data import consecutive_windows, load_text, mixed_windows, read_te
 def test_missing_named_set_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError, match=r"wikitext-2-raw/test.jsonl.*hub"):
+    with pytest.raises(FileNotFoundError, match=r"wikitext-2-raw/test.jsonl; .*hub"):
         load_text("wikitext2", "test", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"the data folder .*nowhere does not exist"):
+        load_text("wikitext2", "test", tmp_path / "nowhere")
 
 
 def test_missing_file_and_empty_text_are_clear_errors(tmp_path):

@@ -104,7 +104,7 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
         local = folder / spec.local[split]
         if local.is_file():
             return read_text_file(local, spec.field, spec.joiner)
-        looked.append(str(local))
+        looked.append(str(local) if folder.is_dir() else f"{local} (the data folder {folder} does not exist)")
     else:
         looked.append(f"no data folder (set data_dir or ${DATA_ENV})")
     try:

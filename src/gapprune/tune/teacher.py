@@ -22,7 +22,8 @@ def resolve_teacher(config: Any) -> str:
         if value:
             return str(value)
     raise ValueError("the model records no source it was pruned from (config.json has no "
-                     f"{' or '.join(SOURCE_FIELDS)}); name the teacher")
+                     f"{' or '.join(SOURCE_FIELDS)}); name the teacher with --teacher MODEL "
+                     "(Python: DistillConfig(teacher=...))")
 
 
 def load_teacher(spec: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
