@@ -110,3 +110,16 @@ def test_a_folder_without_a_known_config_says_so_in_one_line(tmp_path, capsys, c
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert config is None or "gapprune prunes" in err and "LlamaForCausalLM" in err
+
+
+@pytest.mark.parametrize("command", [["info"], ["export", "--gguf", "OUT"]])
+def test_a_family_gapprune_does_not_prune_is_refused_by_info_and_export_before_loading(tmp_path, capsys, command):
+    from transformers import BertConfig
+
+    folder = tmp_path / "bert"
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+               vocab_size=100).save_pretrained(folder)  # no weights: refused from config.json alone
+    argv = [command[0], str(folder), *[str(tmp_path / "b.gguf") if a == "OUT" else a for a in command[1:]]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unsupported architecture" in err and "LlamaForCausalLM" in err and len(err.strip().splitlines()) == 1

@@ -65,9 +65,10 @@ class InfoCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import load
+        from gapprune.api import check_prunable, load
         from gapprune.models import get_adapter
 
+        check_prunable(args.model)  # per-layer shapes come from the family's adapter
         model, _ = load(args.model, dtype=args.dtype)
         adapter = get_adapter(model)
         total = sum(p.numel() for p in model.parameters())

@@ -39,10 +39,11 @@ class ExportCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from gapprune.api import load
+        from gapprune.api import check_prunable, load
         from gapprune.export.gguf import check_export_args, export_gguf
 
         check_export_args(args.gguf, args.type, args.overwrite)
+        check_prunable(args.model)  # the exporter writes the families gapprune prunes
         model, tokenizer = load(args.model, dtype=args.dtype)
         record_gguf_source(model, args.model)
         print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.type, overwrite=args.overwrite,
