@@ -132,7 +132,11 @@ def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Al
         "decoder_ratio": round(removed / decoder, 6),
         "predicted_loss": allocation.predicted_loss(table),
         "allocation_info": allocation.info,
+        "emptied_layers": [lp.layer for lp in plan.layers if not lp.attn.kept and not lp.mlp.kept],
     }
+    if len(plan.summary["emptied_layers"]) == len(plan.layers):
+        log.warning("the plan empties every decoder layer: what is left maps embeddings straight to the head; "
+                    "ask for a smaller ratio")
     return plan
 
 

@@ -224,3 +224,16 @@ def test_plan_for_takes_another_allocator_in_place_of_the_ratios_and_refuses_ref
     assert plan.layers == run.plan(0.4, "uniform").layers != run.plan(config.ratio, config.allocator).layers
     with pytest.raises(ValueError, match="runtime budget"):
         plan_for(config, None, run.profile, adapter=run.adapter, allocate_with=uniform_at_40, refine=1)
+
+
+def test_a_plan_names_the_layers_it_empties_and_warns_when_it_empties_them_all(caplog):
+    from tests.conftest import tiny_llama
+    from tests.helpers import tiny_run
+
+    ids = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(5))
+    run = tiny_run(tiny_llama(0), ids)
+    assert run.plan(0.3, "gap").summary["emptied_layers"] == []
+    with caplog.at_level("WARNING", logger="gapprune.pipeline"):
+        everything = run.plan(0.999, "gap", ratio_of="decoder")
+    assert everything.summary["emptied_layers"] == list(range(len(everything.layers)))
+    assert "empties every decoder layer" in caplog.text

@@ -105,6 +105,9 @@ class PruneCommand:
             f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
             f"({100 * s['achieved_ratio']:.2f}% of the model, {100 * s['decoder_ratio']:.2f}% of the decoder layers)"
         )
+        if s.get("emptied_layers"):
+            print(f"{len(s['emptied_layers'])} of {len(plan.layers)} decoder layers emptied (no heads, no MLP "
+                  f"channels: they pass their input through): {s['emptied_layers']}")
         for row in evaluation:
             print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
         print(f"saved to {out} in {run['wall_s']:.0f} s (report: {out / 'report.md'}; times: {out / 'run.json'})")
