@@ -18,6 +18,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from gapprune.allocate import ALLOCATORS, Allocation
+from gapprune.allocate.table import LossTable
 from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.config import PruneConfig
@@ -82,7 +83,8 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
             if calibration is None:
                 raise ValueError("refine re-profiles around the plan: it needs a calibration")
             allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
-                                           config.mlp_stride, config.ratio_of)
+                                           config.mlp_stride, config.ratio_of,
+                                           margin=config.auto_margin if config.profiler == "auto" else None)
     return plan_from_allocation(adapter, profile, allocation, config.to_dict()), profile
 
 
@@ -92,8 +94,12 @@ def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "mo
 
 
 def refine_allocation(calibration: Calibration, profile: Profile, allocation: Allocation, ratio: float, rounds: int,
-                      mlp_stride: int = 1, ratio_of: str = "model") -> Allocation:
-    """Re-profile ΔL around the plan and re-solve `rounds` times; keep the plan with the best true loss."""
+                      mlp_stride: int = 1, ratio_of: str = "model", margin: float | None = None) -> Allocation:
+    """Re-profile ΔL around the plan and re-solve `rounds` times; keep the plan with the best true loss.
+
+    `margin` None measures every option of every component around the plan; a number measures, by
+    the auto profiler's rule, only what could change the re-solved plan (the `auto` profiler's way).
+    """
     if allocation.allocator != "gap":
         raise ValueError("refinement applies to the gap allocator only")
     adapter, scores, table, inputs = calibration.adapter, profile.scores, profile.table, calibration.profile_inputs
@@ -101,8 +107,13 @@ def refine_allocation(calibration: Calibration, profile: Profile, allocation: Al
     best, best_loss = allocation, true_loss(adapter, inputs, scores, table, allocation.choice)
     history = [{"round": 0, "true_loss": best_loss, "predicted_loss": allocation.predicted_loss(table)}]
     current = allocation
+
+    def solve(working: LossTable) -> dict[str, list[int]]:
+        return ALLOCATORS.get("gap")(working, profile.signals, budget).choice
+
     for round_ in range(1, rounds + 1):
-        conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride)
+        conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride,
+                                             solve=None if margin is None else solve, margin=margin or 0.0)
         candidate = ALLOCATORS.get("gap")(conditional, profile.signals, budget)
         candidate.info["refine_round"] = round_
         loss = true_loss(adapter, inputs, scores, table, candidate.choice)

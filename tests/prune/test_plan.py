@@ -93,3 +93,31 @@ def test_refine_never_returns_a_worse_plan_by_true_loss(run, profile):
                                                               plain.choice))
     assert true_loss(run.adapter, inputs, profile.scores, profile.table, refined.choice) <= history[0]["true_loss"] + 1e-9
     assert refined.removed_params(profile.table) >= round(0.4 * profile.total_params)
+
+
+def test_refining_with_a_margin_measures_less_and_its_picks_are_the_full_conditional_values(run, profile):
+    from gapprune.profiling.conditional import conditional_loss_table
+
+    inputs, table = run.calibration.profile_inputs, profile.table
+    plain = allocate(profile, 0.4, "gap")
+    budget = profile.budget(0.4)
+
+    def solve(working):
+        return ALLOCATORS.get("gap")(working, profile.signals, budget).choice
+
+    full = conditional_loss_table(run.adapter, inputs, profile.scores, table, plain.choice, progress=False)
+    auto = conditional_loss_table(run.adapter, inputs, profile.scores, table, plain.choice, progress=False,
+                                  solve=solve, margin=0.25)
+    assert auto.meta["conditional"] and auto.n_exact() < full.n_exact()
+    picks = solve(auto)
+    for c, per_layer in picks.items():
+        for layer, k in enumerate(per_layer):
+            if table.removed[c][layer, k]:
+                assert auto.exact[c][layer, k]
+                assert auto.loss[c][layer, k] == pytest.approx(full.loss[c][layer, k], rel=1e-5, abs=1e-9)
+    chosen = ALLOCATORS.get("gap")(full, profile.signals, budget)
+    assert ALLOCATORS.get("gap")(auto, profile.signals, budget).predicted_loss(full) <= \
+        1.02 * chosen.predicted_loss(full) + 1e-9
+    refined = refine_allocation(run.calibration, profile, plain, 0.4, rounds=1, margin=0.25)
+    assert refined.info["refine_history"][1]["true_loss"] >= 0
+    assert refined.removed_params(table) >= round(0.4 * profile.total_params)
