@@ -123,3 +123,17 @@ def test_a_family_gapprune_does_not_prune_is_refused_by_info_and_export_before_l
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "unsupported architecture" in err and "LlamaForCausalLM" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_ratio_of_the_model_beyond_its_decoder_is_refused_before_calibration(tiny_model_folder, tmp_path, capsys,
+                                                                               monkeypatch):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "calibrate", lambda *a, **k: pytest.fail("calibrated an unreachable ratio"))
+    folder, text = tiny_model_folder
+    argv = prune_args(folder, text, tmp_path / "out")
+    argv[argv.index("--ratio") + 1] = "0.99"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "only the decoder layers can be pruned" in err and "--ratio-of decoder" in err
+    assert not (tmp_path / "out").exists()

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from gapprune.allocate.base import check_ratio_reachable
 from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
@@ -97,12 +98,15 @@ def prune(
     `timings` receives this run's phase times (a reused profile keeps its own in `profile.timings`).
     """
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
+    adapter = get_adapter(model)
+    if plan is None:
+        check_ratio_reachable(sum(p.numel() for p in model.parameters()), adapter.decoder_params(), config.ratio,
+                              config.ratio_of)
     needs_calibration = plan is None or config.compensate != "none"
     reused = profile.scores if profile is not None else None  # checked against this model in plan_for
     # a given plan names its kept units: its calibration only compensates, so no unit scoring (OBS on
     # a 1.5B model is a quarter of an hour)
     calibration = calibrate(model, tokenizer, config, scores=reused, score=plan is None) if needs_calibration else None
-    adapter = get_adapter(model)
     timings = timings if timings is not None else {}
     if plan is None:
         plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir,
