@@ -137,3 +137,8 @@ def test_a_ratio_of_the_model_beyond_its_decoder_is_refused_before_calibration(t
     err = capsys.readouterr().err
     assert "only the decoder layers can be pruned" in err and "--ratio-of decoder" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_zero_shot_task_is_named_before_the_model_loads(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "no-model-here"), "--ppl", "", "--tasks", "piqa,foobar"]) == 2
+    assert "unknown task 'foobar'; choose from boolq" in capsys.readouterr().err

@@ -105,10 +105,12 @@ class EvalCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.records import eval_records, eval_table
+        from gapprune.evaluate.zeroshot import check_tasks
         from gapprune.export.output import check_output
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")
+        check_tasks([t for t in args.tasks.split(",") if t])
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
         records = eval_records(

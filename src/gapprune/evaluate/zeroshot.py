@@ -65,17 +65,23 @@ def _task_config(name: str, task: LocalTask, data_file: Path, tasks_root: Path) 
     return config
 
 
+def check_tasks(names: list[str]) -> None:
+    """Refuse a task name this evaluation does not know, before a model loads."""
+    for name in names:
+        if name not in TASKS:
+            raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+
+
 def write_task_configs(names: list[str], data_directory: str | Path | None, folder: Path) -> None:
     """One YAML per task (JSON is valid YAML) in `folder`, pointing at the local data files."""
     import lm_eval
 
+    check_tasks(names)
     tasks_root = Path(lm_eval.__file__).parent / "tasks"
     root = resolve_data_dir(data_directory)
     if root is None:
         raise FileNotFoundError("zero-shot tasks read local files: set data_dir or $GAPPRUNE_DATA")
     for name in names:
-        if name not in TASKS:
-            raise ValueError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
         data_file = root / "commonsense" / "lm-eval" / TASKS[name].file
         if not data_file.is_file():
             raise FileNotFoundError(f"task {name!r} needs {data_file}")
