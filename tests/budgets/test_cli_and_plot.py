@@ -56,3 +56,9 @@ def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
     assert record["predicted"] > 1 and "measured" not in record
     assert "not measured; pass --verify" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "budget.json").is_file() and (tmp_path / "cost_per_layer.png").is_file()
+
+
+def test_memory_budgets_read_in_a_unit_that_shows_them() -> None:
+    assert Budget("memory", 250e6, 4096).describe(250e6) == "250.00 MB at 4096 tokens"
+    assert Budget("memory", 1000, 4096).describe(1000) == "1.00 kB at 4096 tokens"  # not "0.00 MB"
+    assert Budget("speedup", 1.5).describe(1.5) == "1.500x"

@@ -68,7 +68,10 @@ class Budget:
         return dense * (1 - 1 / self.target) if self.kind == "speedup" else dense - self.target
 
     def describe(self, value: float) -> str:
-        return f"{value:.3f}x" if self.kind == "speedup" else f"{value / 1e6:.2f} MB at {self.context} tokens"
+        if self.kind == "speedup":
+            return f"{value:.3f}x"
+        size = f"{value / 1e6:.2f} MB" if abs(value) >= 1e6 else f"{value / 1e3:.2f} kB"  # 1KB is not "0.00 MB"
+        return f"{size} at {self.context} tokens"
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
