@@ -142,3 +142,8 @@ def test_a_ratio_of_the_model_beyond_its_decoder_is_refused_before_calibration(t
 def test_an_unknown_zero_shot_task_is_named_before_the_model_loads(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "no-model-here"), "--ppl", "", "--tasks", "piqa,foobar"]) == 2
     assert "unknown task 'foobar'; choose from boolq" in capsys.readouterr().err
+
+
+def test_a_plan_file_that_is_not_there_is_named(tmp_path, capsys):
+    assert main(["prune", "smollm2-135m", "--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist; pass the plan.json an earlier prune wrote" in capsys.readouterr().err

@@ -60,6 +60,8 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"plan {path} does not exist; pass the plan.json an earlier prune wrote (DIR/plan.json)")
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (KeyError, TypeError, json.JSONDecodeError) as err:
