@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +169,10 @@ def write_pruned_folder(
     plots: bool = True,
     overwrite: bool = False,
     run: dict[str, Any] | None = None,
+    more: Callable[[Path], object] | None = None,
 ) -> Path:
-    """The pruned model folder plus plan.json, loss_table.json, report.md, eval.json, run.json and plots."""
+    """The pruned model folder plus plan.json, loss_table.json, report.md, eval.json, run.json and plots;
+    `more(folder)` adds files to the temporary folder before it is renamed into place."""
     from gapprune.evaluate.report import write_report
 
     def extras(folder: Path) -> None:
@@ -191,6 +194,8 @@ def write_pruned_folder(
                 log.warning("%s; skipping plots", err)
         phases = run["phases"] if run else (profile.timings if profile is not None else {})
         write_report(folder / "report.md", plan, phases, evaluation)
+        if more is not None:
+            more(folder)
 
     return save(model, tokenizer, out, extras=extras, overwrite=overwrite)
 

@@ -62,3 +62,25 @@ def test_memory_budgets_read_in_a_unit_that_shows_them() -> None:
     assert Budget("memory", 250e6, 4096).describe(250e6) == "250.00 MB at 4096 tokens"
     assert Budget("memory", 1000, 4096).describe(1000) == "1.00 kB at 4096 tokens"  # not "0.00 MB"
     assert Budget("speedup", 1.5).describe(1.5) == "1.500x"
+
+
+def test_a_budget_prune_writes_its_record_inside_the_atomic_folder(tiny_model_folder, tmp_path, monkeypatch) -> None:
+    """budget.json and the report's budget line land in the temporary folder: if they fail, no folder is left."""
+    import json
+
+    import gapprune.cli.budgets as cli_budgets
+    from gapprune.cli import main
+
+    folder, text = tiny_model_folder
+    argv = ["prune", str(folder), "--calib", str(text), "--calib-samples", "4", "--profile-samples", "4",
+            "--seq-len", "32", "--no-plots", "--gguf-type", "f16", "--max-memory", "2MB"]
+    assert main([*argv, "--out", str(tmp_path / "ok")]) == 0
+    assert json.loads((tmp_path / "ok" / "budget.json").read_text())["budget"] == "memory"
+    assert "## Budget" in (tmp_path / "ok" / "report.md").read_text()
+
+    def broken_verdict(record, budget):
+        raise ValueError("verdict failed")
+
+    monkeypatch.setattr(cli_budgets, "verdict", broken_verdict)
+    assert main([*argv, "--out", str(tmp_path / "broken")]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok"]  # neither the folder nor its .tmp sibling

@@ -98,8 +98,13 @@ class PruneCommand:
         run = run_record(time.perf_counter() - start, phases, config.calib_samples * config.seq_len,
                          device=config.device, command=["gapprune", *sys.argv[1:]],
                          dtype=str(next(model.parameters()).dtype).removeprefix("torch."))  # resolved, not "auto"
+        if args.gguf:  # before the folder: a budget's check of this file is written into the folder atomically
+            from gapprune.export.gguf import export_gguf
+
+            print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.gguf_type, overwrite=args.overwrite))
         out = write_pruned_folder(args.out, model, tokenizer, plan, profile, evaluation, plots=not args.no_plots,
-                                  overwrite=args.overwrite, run=run)
+                                  overwrite=args.overwrite, run=run,
+                                  more=None if hook is None else lambda folder: finish(hook, args, folder))
         s = plan.summary
         print(
             f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
@@ -111,12 +116,6 @@ class PruneCommand:
         for row in evaluation:
             print(f"{row['model']:>6} {row['dataset']} T={row['seq_len']} windows={row['windows']}: ppl {row['ppl']:.3f}")
         print(f"saved to {out} in {run['wall_s']:.0f} s (report: {out / 'report.md'}; times: {out / 'run.json'})")
-        if args.gguf:
-            from gapprune.export.gguf import export_gguf
-
-            print_gguf(export_gguf(model, tokenizer, args.gguf, file_type=args.gguf_type, overwrite=args.overwrite))
-        if hook is not None:
-            finish(hook, args, out)
         return 0
 
 
