@@ -112,8 +112,11 @@ def refine_allocation(calibration: Calibration, profile: Profile, allocation: Al
         return ALLOCATORS.get("gap")(working, profile.signals, budget).choice
 
     for round_ in range(1, rounds + 1):
-        conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride,
-                                             solve=None if margin is None else solve, margin=margin or 0.0)
+        if margin is None:  # every option around the plan
+            conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride)
+        else:  # only what can change the re-solved plan
+            conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride,
+                                                 solve=solve, margin=margin)
         candidate = ALLOCATORS.get("gap")(conditional, profile.signals, budget)
         candidate.info["refine_round"] = round_
         loss = true_loss(adapter, inputs, scores, table, candidate.choice)
