@@ -125,6 +125,28 @@ def test_a_family_gapprune_does_not_prune_is_refused_by_info_and_export_before_l
     assert "unsupported architecture" in err and "LlamaForCausalLM" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", [["ppl"], ["eval", "--ppl", "wikitext2"], ["bench"]])
+@pytest.mark.parametrize(("family", "message"), [
+    ("bert", "holds a BertModel, not a causal language model"),
+    ("t5", "model_type 't5' has no causal language model"),
+])
+def test_a_model_that_is_not_a_causal_lm_is_refused_by_the_measuring_commands_before_loading(
+        tmp_path, capsys, monkeypatch, command, family, message):
+    import transformers
+    from transformers import BertConfig, T5Config
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("weights loaded before the family was checked"))
+    folder = tmp_path / family
+    config = (BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+                         vocab_size=100, architectures=["BertModel"]) if family == "bert" else
+              T5Config(d_model=32, num_layers=1, num_heads=2, d_ff=64, vocab_size=100))
+    config.save_pretrained(folder)
+    assert main([command[0], str(folder), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_ratio_of_the_model_beyond_its_decoder_is_refused_before_calibration(tiny_model_folder, tmp_path, capsys,
                                                                                monkeypatch):
     import gapprune.api

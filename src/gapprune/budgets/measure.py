@@ -76,7 +76,11 @@ def time_gguf(path: str | Path, threads: int = 1, prompt_tokens: int = 32, new_t
 
 @dataclass(frozen=True)
 class Allocated:
-    """What llama.cpp allocated for a model and a context: bytes of weights, KV cache and compute buffers."""
+    """What llama.cpp allocated for a model and a context: bytes of weights, KV cache and compute buffers.
+
+    Weights are exact (the model's size); KV and compute come from llama.cpp's log, which prints MiB
+    with two decimals, so they are good to about ±5 kB: plenty for real models, coarse for toy ones.
+    """
 
     model_bytes: int
     kv_bytes: int

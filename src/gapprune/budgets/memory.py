@@ -42,10 +42,13 @@ def attn_bytes(dims: ModelDims, n_heads: int, n_kv_heads: int, file_type: str) -
 
 
 def mlp_bytes(dims: ModelDims, width: int, file_type: str) -> int:
-    """ffn_norm + gate, up, down of one layer at its padded width; 0 without channels."""
-    w = padded_width(width, file_type)
-    if w == 0:
-        return 0
+    """ffn_norm + gate, up, down of one layer at its padded width.
+
+    An emptied MLP still costs its one zero padding channel and norm (`gguf_layout.deci_layers`):
+    the export writes them wherever the layer keeps attention or is the last one. Charging them to
+    every emptied MLP keeps the cost additive per component and errs on the safe side of a memory cap.
+    """
+    w = padded_width(width, file_type) or 1
     h = dims.hidden
     return tensor_bytes(file_type, (h,)) + 2 * tensor_bytes(file_type, (w, h)) + tensor_bytes(file_type, (h, w))
 

@@ -58,8 +58,13 @@ def machine_id() -> str:
     return f"{platform.node()} | {cpu or platform.processor()}"
 
 
+# Raised whenever the memory formulas or the fit change, so tables cached by older code are measured again.
+COST_MODEL_VERSION = 2
+
+
 def cost_key(model: str, settings: BenchSettings, runtime: str = "llama.cpp") -> dict[str, Any]:
-    return {"runtime": runtime, "machine": machine_id(), "model": model, **asdict(settings)}
+    return {"runtime": runtime, "machine": machine_id(), "model": model, **asdict(settings),
+            "cost_model": COST_MODEL_VERSION}
 
 
 def mlp_grid(dims: ModelDims, settings: BenchSettings) -> tuple[list[int], list[int]]:

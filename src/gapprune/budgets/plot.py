@@ -55,7 +55,8 @@ def plot_costs(costs: RuntimeCosts, choice: dict[str, list[int]], path: str | Pa
     bottom.set_ylabel("MB")
     bottom.set_xlabel(f"layer (fixed weights: {costs.fixed['weight_bytes'] / 1e6:.1f} MB)")
     for ax in (top, bottom):
-        ax.legend(fontsize=7, ncol=4)
+        if ax.get_legend_handles_labels()[0]:  # the time panel is empty for a memory-only table
+            ax.legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

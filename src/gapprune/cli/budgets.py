@@ -135,5 +135,7 @@ def verdict(record: dict[str, Any], budget: Budget) -> str:
     if "measured" not in record:
         return line + " (not measured; pass --verify)"
     met = "met" if record["met"] else "MISSED"
-    return (f"{line}, measured {budget.describe(record['measured'])} in {record['runtime']} "
-            f"({100 * (record['measured'] / budget.target - 1):+.1f}% of the target): {met}")
+    off = f"{100 * (record['measured'] / budget.target - 1):+.1f}% of the target"
+    if budget.kind == "memory":  # a miss of a few hundred bytes would read "+0.0%"
+        off += f", {record['measured'] - budget.target:+,.0f} bytes"
+    return f"{line}, measured {budget.describe(record['measured'])} in {record['runtime']} ({off}): {met}"

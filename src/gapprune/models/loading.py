@@ -324,6 +324,24 @@ def check_device(device: str | torch.device) -> torch.device:
     return parsed
 
 
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def check_causal_lm(config: Any, source: str) -> None:
+    """Refuse, before any weights load, a model that is not a causal language model (a BERT encoder, a
+    classifier): perplexity, zero-shot scoring and pruning all need next-token logits."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_type = getattr(config, "model_type", "?")
+    saved_as = [a for a in getattr(config, "architectures", None) or [] if not a.startswith("Gappruned")]
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"{source}: model_type {model_type!r} has no causal language model in transformers; "
+                         "gapprune measures and prunes causal LMs (...ForCausalLM)")
+    if saved_as and not any(a.endswith(CAUSAL_LM_SUFFIXES) for a in saved_as):
+        raise ValueError(f"{source} holds a {saved_as[0]}, not a causal language model (no language-model head); "
+                         "pass a checkpoint saved as a ...ForCausalLM")
+
+
 def load_model(
     spec: str, *, dtype: str | torch.dtype | None = None, device: str = "cpu", cache_dir: Path | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
@@ -338,6 +356,7 @@ def load_model(
     check_device(device)
     source = resolve_model_source(spec, cache_dir)
     config = read_config(source)
+    check_causal_lm(config, source)
     dtype = resolve_dtype(dtype, device, config)
     cache = (cache_dir or default_cache_dir()) / "gguf"
     if dtype != torch.float32 and Path(source).parent == cache:  # a dequantized GGUF: load a copy in the dtype
