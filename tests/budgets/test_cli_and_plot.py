@@ -14,6 +14,7 @@ from tests.budgets.test_costs import fitted
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2-135m")  # the prune command's positional MODEL
+    parser.add_argument("--gguf", default=None)  # and its export path
     add_budget_flags(parser)
     return parser.parse_args(list(argv))
 
@@ -24,8 +25,11 @@ def test_flags_give_a_speedup_or_a_memory_budget() -> None:
     assert budget_from_args(parse()) is None
     with pytest.raises(ValueError, match="not both"):
         budget_from_args(parse("--speedup", "2", "--max-memory", "1GB"))
-    with pytest.raises(ValueError, match="--verify"):
+    with pytest.raises(ValueError, match="--verify measures a --speedup or --max-memory"):
         budget_from_args(parse("--verify"))
+    with pytest.raises(ValueError, match="pass --gguf FILE.gguf too"):  # before the model loads
+        budget_from_args(parse("--max-memory", "250MB", "--verify"))
+    assert budget_from_args(parse("--max-memory", "1MB", "--verify", "--gguf", "x.gguf")) == Budget("memory", 1e6, 4096)
 
 
 def test_cost_plot_is_written(tmp_path) -> None:

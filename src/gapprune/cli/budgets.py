@@ -36,6 +36,8 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
 def budget_from_args(args: argparse.Namespace) -> Budget | None:
     if args.speedup is not None and args.max_memory is not None:
         raise ValueError("pass --speedup or --max-memory, not both")
+    if args.verify and not args.gguf and (args.speedup is not None or args.max_memory is not None):
+        raise ValueError("--verify measures the exported model in the runtime: pass --gguf FILE.gguf too")
     if args.speedup is not None:
         from gapprune.models.loading import ALIASES
 
@@ -79,8 +81,6 @@ def budget_plan(model: Any, tokenizer: Any, config: Any, args: argparse.Namespac
     from gapprune.models import get_adapter
     from gapprune.pipeline import plan_for
 
-    if args.verify and not args.gguf:
-        raise ValueError("--verify times the exported model: pass --gguf FILE.gguf too")
     if profile is None:
         profile = measure_profile(model, tokenizer, config)
     settings = BenchSettings(file_type=args.gguf_type, threads=args.runtime_threads)
