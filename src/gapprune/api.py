@@ -103,6 +103,9 @@ def prune(
     if plan is None:
         check_ratio_reachable(sum(p.numel() for p in model.parameters()), adapter.decoder_params(), config.ratio,
                               config.ratio_of)
+        if config.criterion == "obs" and config.compensate != "lsq":
+            log.warning("the obs criterion orders units for the re-fit that lsq applies; with compensate=%s "
+                        "criterion=activation removes less harmful units (docs/usage.md, Criteria)", config.compensate)
     needs_calibration = plan is None or config.compensate != "none"
     reused = profile.scores if profile is not None else None  # checked against this model in plan_for
     # a given plan names its kept units: its calibration only compensates, so no unit scoring (OBS on

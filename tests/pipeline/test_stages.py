@@ -57,6 +57,19 @@ def test_the_same_command_twice_gives_identical_plan_and_weights(tiny_model_fold
     assert same_weights(tmp_path / "a", tmp_path / "b")
 
 
+@pytest.mark.parametrize(("extra", "warned"), [
+    (("--compensate", "none"), True),
+    (("--compensate", "bias"), True),
+    (("--compensate", "none", "--criterion", "activation"), False),
+    ((), False),  # the defaults: obs with lsq
+])
+def test_obs_without_the_lsq_refit_it_assumes_is_flagged(tiny_model_folder, tmp_path, cache, caplog, extra, warned):
+    folder, text = tiny_model_folder
+    with caplog.at_level("WARNING", logger="gapprune.api"):
+        assert main(prune_args(folder, text, tmp_path / "out", *extra)) == 0
+    assert any("criterion=activation" in r.getMessage() for r in caplog.records) == warned
+
+
 def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, cache):
     folder, text = tiny_model_folder
     assert main(prune_args(folder, text, tmp_path / "first")) == 0
