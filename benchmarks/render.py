@@ -617,6 +617,27 @@ def collect(evals: list[str], benches: list[str], day: str) -> None:
             (RESULTS / name).write_text(json.dumps(records, indent=1) + "\n")
 
 
+def criterion_none_section(records: list[dict]) -> list[str]:
+    """GAP and the baselines without compensation, on the criterion that fits no re-fit (`activation`)."""
+    rows = [r for r in records if r.get("kind") == "criterion_none"]
+    lines: list[str] = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cells = {(r["allocator"], r["dataset"]): r for r in rows if r["model"] == model}
+        present = [a for a in ALLOCATORS if (a, "wikitext2") in cells]
+        first = next(r for r in rows if r["model"] == model)
+        if not lines:
+            lines = ["## No compensation, criterion `activation` (records `kind: criterion_none`)", ""]
+        lines += [(f"`{model}`, {first['target_ratio']:.0%} of the {first['ratio_of']}, first {first['windows']} windows "
+                   f"of 128 tokens (WikiText-2 / PTB); {first['date']}; command: `{first['command']}`."), "",
+                  "| " + " | ".join(present) + " | GAP under `obs` |", "|" + "---|" * (len(present) + 1)]
+        obs = (cells[("gap", "wikitext2")].get("against_obs", {}).get("ppl"),
+               cells.get(("gap", "ptb"), {}).get("against_obs", {}).get("ppl"))
+        lines += ["| " + " | ".join(f"{fmt_ppl(cells[(a, 'wikitext2')]['ppl'])} / {fmt_ppl(cells[(a, 'ptb')]['ppl'])}"
+                                   for a in present)
+                  + (f" | {fmt_ppl(obs[0])} / {fmt_ppl(obs[1])} |" if None not in obs else " | |"), ""]
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--eval", nargs="*", default=[], help="`gapprune eval --out` files to collect into eval.json")
@@ -634,6 +655,7 @@ def main() -> None:
     lines += calib_section(load("recovery.json"))
     lines += distill_section(load("recovery.json"))
     lines += families_section(load("allocators.json"), load("families.json"))
+    lines += criterion_none_section(load("allocators.json"))
     lines += compensation_section(load("compensation.json"))
     lines += eval_section(load("eval.json"))
     lines += bench_section(load("bench.json"))
