@@ -34,7 +34,7 @@ class Window(NamedTuple):
     dataset: str
     seq_len: int = 128
     windows: int | None = 256  # first windows of each test split: the numbers quoted in the README
-    split: str = "test"
+    split: str | None = None  # None: the set's evaluation split (test; validation for c4)
 
 
 # The allocator comparison: WikiText-2 and PTB at 128 tokens, WikiText-2 at 2048.

@@ -50,6 +50,7 @@ from gapprune.evaluate.records import eval_records
 from gapprune.export.save import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import Calibration, Profile, allocate, calibrate, plan_for
+from gapprune.profiling.calibration import profile_settings
 from gapprune.tune.lora import TuneConfig, lora_tune
 
 OUT = {"dense": "dense", "allocators": "allocators", "recovery": "recovery", "ridge": "compensation",
@@ -95,7 +96,8 @@ class Bench:
         if key not in self.calibrations:  # Grams always: some run of the study compensates
             folder = Path(self.profile_dir) if self.profile_dir else None
             saved = Profile.load(folder) if folder is not None and folder.exists() else None
-            same = saved is not None and all(saved.settings.get(n, LATER_SETTINGS.get(n)) == getattr(config, n)
+            now = profile_settings(config)
+            same = saved is not None and all(saved.settings.get(n, LATER_SETTINGS.get(n)) == now[n]
                                              for n in PROFILE_SETTINGS)  # then its scores are reused (checked in plan_for)
             self.calibrations[key] = calibrate(self.model, self.tokenizer, config, gram=True,
                                                scores=saved.scores if same and saved is not None else None)
@@ -267,9 +269,11 @@ def best(a: Any, b: Bench) -> Iterator[Run]:
 def families(a: Any, b: Bench) -> Iterator[Run]:
     ratios, of = a.ratio_list or [0.25, 0.5], a.ratio_of
     stage, windows = f"gap{int(ratios[0] * 100)}-of-{of}-lsq", [] if a.zeroshot_only else \
-        [Window(d, windows=a.windows) for d in DATASETS]
+        [Window(d, windows=a.windows) for d in a.datasets.split(",")]
     base = {"model": a.model, "kind": "ppl", "profiler": "auto", "ratio_of": of}
-    mixed = {"calib": b.base.calib} if b.base.calib != PruneConfig.calib else {}  # the dense model has no calibration
+    # the dense model has no calibration; `calibration` labels every record of a run that names it
+    mixed = {"calibration": b.base.calib} if a.calib else \
+        {"calib": b.base.calib} if b.base.calib != PruneConfig.calib else {}
     fields = {"criterion": b.base.criterion, "calib_samples": b.base.calib_samples,
               "profile_samples": b.base.profile_samples}
     shots = {"model": a.model, "kind": "zeroshot", "ratio_of": of}
@@ -277,8 +281,9 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
               zeroshot=a.zeroshot_limit, zeroshot_labels={**shots, "stage": "dense"})
     for ratio in ratios:
         for name in ALLOCATORS:
-            yield Run({**base, **mixed, "allocator": name, "compensate": "none", "target_ratio": ratio},
-                      {"ratio": ratio, "allocator": name, "compensate": "none"}, windows, fields)
+            if not a.lsq_only:
+                yield Run({**base, **mixed, "allocator": name, "compensate": "none", "target_ratio": ratio},
+                          {"ratio": ratio, "allocator": name, "compensate": "none"}, windows, fields)
             if name != "gap" and name in a.baselines_lsq.split(","):  # the same compensation after the allocation
                 yield Run({**base, **mixed, "allocator": name, "compensate": "lsq", "target_ratio": ratio},
                           {"ratio": ratio, "allocator": name}, windows, fields)
@@ -369,6 +374,7 @@ def main() -> None:
     p.add_argument("--dense-eval", default="docs/results/eval.json", help="best: dense zero-shot records to reuse")
     p.add_argument("--zeroshot-limit", type=int, default=100, help="families: examples per task (0: no zero-shot)")
     p.add_argument("--zeroshot-only", action="store_true", help="families: skip the perplexities")
+    p.add_argument("--lsq-only", action="store_true", help="families: every allocator with the default lsq only")
     p.add_argument("--exact-check", action="store_true", help="families: also compare auto's plans with exact's")
     p.add_argument("--baselines-lsq", nargs="?", default="", const=",".join(ALLOCATORS[1:]),
                    help="families: these baselines' plans (comma-separated; all without a value) with the default lsq "

@@ -35,7 +35,7 @@ class PruneConfig:
     criterion: str = field(default="obs", metadata={"help": "which units go: obs (greedy structured OBS on the output projection, the default)|activation|fluctuation|magnitude|taylor"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
     calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name, a .txt/.jsonl file, 'self', or several joined by '+' (wikitext2+ptb: equal parts, interleaved)"})
-    calib_split: str = field(default="validation", metadata={"help": "split of a named calibration set"})
+    calib_split: str = field(default="auto", metadata={"help": "split of a named calibration set; auto: the set's own calibration split (validation for wikitext2 and ptb, train for c4)"})
     calib_samples: int = field(default=32, metadata={"help": "calibration windows for statistics and importance"})
     profile_samples: int = field(default=8, metadata={"help": "windows (a prefix of the calibration set) used for the loss table"})
     seq_len: int = field(default=128, metadata={"help": "tokens per calibration window"})

@@ -19,8 +19,8 @@ class PplCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
         p.add_argument("model")
-        p.add_argument("--dataset", default="wikitext2", help="wikitext2, ptb, or a .txt/.jsonl file")
-        p.add_argument("--split", default="test")
+        p.add_argument("--dataset", default="wikitext2", help="wikitext2, ptb, c4, or a .txt/.jsonl file")
+        p.add_argument("--split", default=None, help="default: the set's evaluation split (test; validation for c4)")
         p.add_argument("--seq-len", type=int, default=2048)
         p.add_argument("--max-windows", type=int, default=None)
         p.add_argument("--batch-size", type=int, default=None)

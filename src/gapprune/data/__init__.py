@@ -1,7 +1,7 @@
 """Text sources and token windows. To add a named data set, add an entry to `TEXT_SETS`."""
 
 from gapprune.data.selfgen import self_generated_windows
-from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file
+from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file, split_for
 from gapprune.data.text import bos_token_id, consecutive_windows, mixed_windows, sample_windows, tokenize_text
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "read_text_file",
     "sample_windows",
     "self_generated_windows",
+    "split_for",
     "tokenize_text",
 ]

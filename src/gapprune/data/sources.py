@@ -4,6 +4,15 @@ The data folder comes from `--data-dir` or `$GAPPRUNE_DATA`; its layout is
 
     wikitext-2-raw/{test,validation}.jsonl   rows {"text": ...}
     ptb/{test,validation}.jsonl              rows {"sentence": ...}
+    c4/c4_train_00000_first1000.jsonl        C4 en train: the first 1,000 documents of shard 00000
+    c4/c4_validation_2k.jsonl                C4 en validation: 2,000 documents
+
+Each set names the split a role reads: calibration, evaluation, and training (distillation). WikiText-2
+and PTB have no training role: their text is what pruned models are judged on. C4 calibrates and
+trains on `train` and is evaluated on `validation`, so no role reads text another role is judged on.
+C4 documents are joined ("\n\n") and windows are cut from the joined text: only ~38 of the 1,000
+local documents are longer than 2,048 tokens, so the SparseGPT/Wanda sampler (one random window of
+one random document longer than the window) would reuse those few. That is the recorded deviation.
 
 Any `.txt` or `.jsonl` path can be given instead of a name.
 """
@@ -25,6 +34,10 @@ class NamedTextSet:
     local: dict[str, str]  # split -> path relative to the data folder
     field: str
     hub: tuple[str, str | None]  # (path, config name) for datasets.load_dataset
+    calibration_split: str  # what `--calib NAME` reads
+    evaluation_split: str  # what `gapprune ppl --dataset NAME` reads
+    training_split: str | None = None  # what distillation may train on; None: an evaluation set, refused
+    hub_files: dict[str, str] | None = None  # split -> data_files on the hub (C4: one shard, not 300 GB)
     joiner: str = "\n\n"
 
 
@@ -33,13 +46,39 @@ TEXT_SETS: dict[str, NamedTextSet] = {
         local={"test": "wikitext-2-raw/test.jsonl", "validation": "wikitext-2-raw/validation.jsonl"},
         field="text",
         hub=("wikitext", "wikitext-2-raw-v1"),
+        calibration_split="validation",
+        evaluation_split="test",
     ),
     "ptb": NamedTextSet(
         local={"test": "ptb/test.jsonl", "validation": "ptb/validation.jsonl"},
         field="sentence",
         hub=("ptb_text_only", "penn_treebank"),
+        calibration_split="validation",
+        evaluation_split="test",
+    ),
+    "c4": NamedTextSet(
+        local={"train": "c4/c4_train_00000_first1000.jsonl", "validation": "c4/c4_validation_2k.jsonl"},
+        field="text",
+        hub=("allenai/c4", None),
+        calibration_split="train",
+        evaluation_split="validation",
+        training_split="train",
+        # the shards SparseGPT, Wanda and SliceGPT read: the hub's copy holds all their documents, the
+        # local files the first 1,000 (train) and 2,000 (validation)
+        hub_files={"train": "en/c4-train.00000-of-01024.json.gz",
+                   "validation": "en/c4-validation.00000-of-00008.json.gz"},
     ),
 }
+
+
+def split_for(name: str, role: str, requested: str | None = None) -> str | None:
+    """The split a role reads from a named set: `requested` when given, else the set's own for that role.
+
+    role: "calibration", "evaluation" or "training". None for a file (it has no splits) and for a
+    set without a training split."""
+    if name not in TEXT_SETS:
+        return None
+    return requested or getattr(TEXT_SETS[name], f"{role}_split")
 
 
 def data_dir(explicit: str | Path | None = None) -> Path | None:
@@ -84,8 +123,8 @@ def read_text_file(path: str | Path, field: str = "text", joiner: str = "\n\n") 
     return text
 
 
-def load_text(name_or_path: str, split: str = "test", data_directory: str | Path | None = None) -> str:
-    """The whole text of a named data set's split, or of a text file.
+def load_text(name_or_path: str, split: str | None = None, data_directory: str | Path | None = None) -> str:
+    """The whole text of a named data set's split (default: its evaluation split), or of a text file.
 
     Raises FileNotFoundError naming every place looked at when nothing is found.
     """
@@ -96,6 +135,7 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
             f"unknown data set {name_or_path!r}: use one of {', '.join(TEXT_SETS)} or a .txt/.jsonl file path"
         )
     spec = TEXT_SETS[name_or_path]
+    split = split or spec.evaluation_split
     if split not in spec.local:
         raise ValueError(f"data set {name_or_path!r} has splits {', '.join(spec.local)}, not {split!r}")
     looked: list[str] = []
@@ -110,7 +150,7 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
     try:
         return _load_from_hub(spec, split)
     except Exception as err:  # noqa: BLE001 - offline, datasets missing, hub error: report all places
-        looked.append(f"Hugging Face hub {spec.hub[0]}/{spec.hub[1]} ({type(err).__name__}: {err})")
+        looked.append(f"Hugging Face hub {spec.hub[0]}/{spec.hub[1] or ''} ({type(err).__name__}: {err})")
     raise FileNotFoundError(
         f"data set {name_or_path!r} split {split!r} not found; looked at: " + "; ".join(looked)
     )
@@ -119,5 +159,8 @@ def load_text(name_or_path: str, split: str = "test", data_directory: str | Path
 def _load_from_hub(spec: NamedTextSet, split: str) -> str:
     import datasets  # optional: only needed when reading from the hub
 
-    rows = datasets.load_dataset(spec.hub[0], spec.hub[1], split=split)[spec.field]
+    if spec.hub_files is not None:
+        rows = datasets.load_dataset(spec.hub[0], data_files={split: spec.hub_files[split]}, split=split)[spec.field]
+    else:
+        rows = datasets.load_dataset(spec.hub[0], spec.hub[1], split=split)[spec.field]
     return spec.joiner.join(rows)

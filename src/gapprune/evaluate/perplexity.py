@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from gapprune.data import bos_token_id, consecutive_windows, load_text, tokenize_text
+from gapprune.data import bos_token_id, consecutive_windows, load_text, split_for, tokenize_text
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def evaluate_ppl(
     tokenizer: PreTrainedTokenizerBase,
     dataset: str,
     *,
-    split: str = "test",
+    split: str | None = None,
     seq_len: int = 2048,
     max_windows: int | None = None,
     batch_size: int | None = None,
@@ -111,7 +111,9 @@ def evaluate_ppl(
     progress: bool = True,
 ) -> PerplexityResult:
     """Perplexity on a named data set or text file (whole split tokenised once; BOS per window when
-    the tokenizer adds one, recorded in the result)."""
+    the tokenizer adds one, recorded in the result). `split` None: the set's evaluation split (test
+    for wikitext2 and ptb, validation for c4)."""
+    split = split_for(dataset, "evaluation", split) or split or "test"
     ids = tokenize_text(load_text(dataset, split, data_dir), tokenizer)
     bos = bos_token_id(tokenizer)
     windows = consecutive_windows(ids, seq_len, max_windows, bos_id=bos)

@@ -15,7 +15,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
 from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
-from gapprune.data import bos_token_id, load_text, mixed_windows, self_generated_windows, tokenize_text
+from gapprune.data import (
+    bos_token_id,
+    load_text,
+    mixed_windows,
+    self_generated_windows,
+    split_for,
+    tokenize_text,
+)
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.phases import timed
@@ -45,12 +52,29 @@ class Calibration:
 
     def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
-        settings = {name: getattr(config, name) for name in names
-                    if LATER_SETTINGS.get(name, object()) != getattr(config, name)}
+        resolved = profile_settings(config, names)
+        settings = {name: value for name, value in resolved.items() if LATER_SETTINGS.get(name, object()) != value}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
                  "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
         scores = json.dumps(self.unit_scores.to_dict()).encode()
         return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
+
+
+def calibration_splits(config: PruneConfig) -> list[str | None]:
+    """The split each calibration source reads (None for a file or `self`)."""
+    requested = None if config.calib_split == "auto" else config.calib_split
+    return [split_for(name, "calibration", requested) for name in config.calib_sources]
+
+
+def profile_settings(config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> dict[str, object]:
+    """The settings a profile's numbers depend on, `calib_split` resolved to the splits actually read.
+
+    Resolved, so that `auto` on WikiText-2 is the `validation` older profiles recorded, and C4 records
+    the `train` split it calibrates on."""
+    settings = {name: getattr(config, name) for name in names}
+    if "calib_split" in settings:
+        settings["calib_split"] = "+".join(split or "file" for split in calibration_splits(config))
+    return settings
 
 
 def calibration_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor:
@@ -60,8 +84,8 @@ def calibration_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     a plan measured on one domain alone carries that domain's blind spots to every other."""
     if config.calib == "self":
         return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
-    sources = [tokenize_text(load_text(name, config.calib_split, config.data_dir), tokenizer)
-               for name in config.calib_sources]
+    sources = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
+               for name, split in zip(config.calib_sources, calibration_splits(config))]
     return mixed_windows(sources, config.calib_samples, config.seq_len, config.seed, bos_id=bos_token_id(tokenizer))
 
 

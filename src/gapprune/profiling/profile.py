@@ -17,7 +17,7 @@ from gapprune.allocate import LayerSignals, LossTable, budget_params
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.importance import UnitScores
 from gapprune.phases import timed
-from gapprune.profiling.calibration import Calibration
+from gapprune.profiling.calibration import Calibration, profile_settings
 from gapprune.profiling.signals import layer_signals
 from gapprune.profiling.tables import measure_table, needs_loss_table
 
@@ -70,8 +70,8 @@ class Profile:
         """A profile measured on another model, data or settings must not silently steer this one."""
         expected = calibration.fingerprint(config)
         if self.fingerprint != expected:
-            changed = [name for name in PROFILE_SETTINGS
-                       if self.settings.get(name, LATER_SETTINGS.get(name)) != getattr(config, name)]
+            now = profile_settings(config)
+            changed = [name for name in PROFILE_SETTINGS if self.settings.get(name, LATER_SETTINGS.get(name)) != now[name]]
             detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
             raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
                              "or use the same settings as the profile")
@@ -96,6 +96,6 @@ def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     with timed(timings, "profiling"):
         table = measure_table(calibration, config, checkpoint_dir, complete)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
-    settings = {name: getattr(config, name) for name in PROFILE_SETTINGS}
+    settings = profile_settings(config)
     return Profile(calibration.unit_scores, signals, table, total, calibration.fingerprint(config), settings, timings,
                    calibration.adapter.decoder_params())

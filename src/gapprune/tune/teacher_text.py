@@ -6,9 +6,11 @@ Sources, joined with `+` (e.g. `self+alpaca`):
   windows). Generation is the slow part, so it is done once and cached on disk, one file per
   batch, so that a killed run resumes where generation stopped and later runs reuse it.
 * `alpaca`: instruction data (prompt and response, EOS between records), packed into windows.
+* `c4`: web text, the train split of C4 `en` (documents joined, packed into windows).
 * a `.txt` file, or a `.json`/`.jsonl` file of Alpaca records.
 
-Named evaluation sets (`wikitext2`, `ptb`) are refused by name: distillation must not see them.
+Named sets without a training split (`wikitext2`, `ptb`: evaluation text) are refused by name:
+distillation must not see them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from gapprune.data import TEXT_SETS, bos_token_id, read_text_file, self_generated_windows, tokenize_text
+from gapprune.data import (
+    TEXT_SETS,
+    bos_token_id,
+    load_text,
+    read_text_file,
+    self_generated_windows,
+    split_for,
+    tokenize_text,
+)
 from gapprune.tune.alpaca import format_example, load_alpaca_records
 
 log = logging.getLogger(__name__)
@@ -106,9 +116,9 @@ def training_windows(
     bos = bos_token_id(tokenizer)
     sources = spec.split("+")
     for source in sources:  # all checked before any text is generated
-        if source in TEXT_SETS:
+        if source in TEXT_SETS and split_for(source, "training") is None:
             raise ValueError(f"{source!r} is an evaluation set; distillation trains on text with no evaluation "
-                             "data in it (self, alpaca, or a file of other text)")
+                             "data in it (self, alpaca, c4, or a file of other text)")
     out, counts = [], {}
     for source in sources:
         if source == "self":
@@ -116,12 +126,15 @@ def training_windows(
                 raise ValueError("teacher-written text needs the teacher and a cache folder")
             windows = teacher_windows(teacher, tokenizer, n_windows=self_windows, seq_len=seq_len, gen_len=self_len,
                                       seed=seed, cache_dir=cache_dir, teacher_id=teacher_id)
+        elif source in TEXT_SETS:
+            text = load_text(source, split_for(source, "training"), data_dir)
+            windows = pack_windows(tokenize_text(text, tokenizer), seq_len, bos)
         elif source == "alpaca" or source.endswith((".json", ".jsonl")) and not _is_text_jsonl(source):
             windows = pack_windows(alpaca_stream(load_alpaca_records(source, data_dir), tokenizer), seq_len, bos)
         elif Path(source).is_file():
             windows = pack_windows(tokenize_text(read_text_file(source), tokenizer), seq_len, bos)
         else:
-            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca nor an existing file")
+            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca, c4 nor an existing file")
         out.append(windows)
         counts[source] = int(windows.shape[0])
     return torch.cat(out), counts
