@@ -15,9 +15,11 @@ import logging
 import sys
 from pathlib import Path
 
+from budget_run import BudgetRun
+
 from gapprune.budgets.budget import Budget, parse_size
 from gapprune.budgets.microbench import BenchSettings
-from gapprune.budgets.runner import BudgetRun, cost_table
+from gapprune.budgets.runner import cost_table
 
 MODEL, PROFILE, WORK = "smollm2-135m", Path("runs/budgets/profile"), Path("runs/budgets")
 SETTINGS = BenchSettings(file_type="q8_0", threads=1, prompt_tokens=32, new_tokens=32, repeats=3)

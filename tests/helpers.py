@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from gapprune.config import PruneConfig
-from gapprune.pipeline import Calibration, Profile, calibrate_on, plan_for, profile_model
+from gapprune.pipeline import Calibration, Profile, calibrate_on, plan_for
 from gapprune.prune import Plan
 
 
@@ -46,4 +46,5 @@ def tiny_run(model: torch.nn.Module, ids: torch.Tensor, checkpoint_dir: Path | N
     config = tiny_config(ids, **overrides)
     calibration = calibrate_on(model, ids, config)
     checkpoint_dir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="gapprune-test-tables-"))
-    return TinyRun(calibration, profile_model(calibration, config, checkpoint_dir), config)
+    # plan_for measures the profile and, with the auto profiler, completes it for the config's ratio
+    return TinyRun(calibration, plan_for(config, calibration, checkpoint_dir=checkpoint_dir)[1], config)

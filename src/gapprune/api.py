@@ -14,6 +14,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.allocate.base import check_ratio_reachable
+from gapprune.budget import Budget
+from gapprune.budgets.table import RuntimeCosts
 from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
@@ -25,6 +27,8 @@ from gapprune.models.loading import load_model
 from gapprune.models.streaming import is_streamed
 from gapprune.phases import timed
 from gapprune.pipeline import Profile, calibrate, plan_for, profile_model, prune_model_
+from gapprune.profiling.calibration import held_out_ids
+from gapprune.profiling.plan_check import PlanCheck
 from gapprune.profiling.profilers import check_supported
 from gapprune.prune.plan import Plan
 
@@ -54,12 +58,17 @@ def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
     return load_model(spec, device=device, dtype=dtype)
 
 
-def check_prunable(spec: str) -> None:
-    """Refuse, before any weights load, a model whose family gapprune cannot prune (one line, no traceback)."""
+def check_prunable(spec: str, plan: Plan | None = None) -> None:
+    """Refuse, before any weights load, a model whose family gapprune cannot prune, or a plan that does
+    not fit it (one line, no traceback)."""
     from gapprune.models.adapter import ADAPTERS
     from gapprune.models.loading import read_config, resolve_model_source
+    from gapprune.prune.validate import check_plan, shapes_from_config
 
-    ADAPTERS.adapter_class(read_config(resolve_model_source(spec)))
+    config = read_config(resolve_model_source(spec))
+    ADAPTERS.adapter_class(config)
+    if plan is not None:
+        check_plan(plan, shapes_from_config(config))
 
 
 def require_tokenizer(tokenizer: PreTrainedTokenizerBase | None, spec: str,
@@ -80,7 +89,7 @@ def profile(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: 
     what its own ratio's plan needs, and the output folder keeps the grown table.
     """
     check_supported(config, streamed=is_streamed(model))
-    return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir, complete=False)
+    return profile_model(calibrate(model, tokenizer, config), config, checkpoint_dir)
 
 
 def prune(
@@ -91,16 +100,20 @@ def prune(
     plan: Plan | None = None,
     checkpoint_dir: Path | None = None,
     timings: dict[str, float] | None = None,
+    budget: Budget | None = None,
+    costs: RuntimeCosts | None = None,
 ) -> tuple[Plan, Profile | None]:
     """Prune `model` in place by `config`; returns the plan and the (reusable) dense profile.
 
     `profile`: a profile of this model measured before (it must match the model and settings);
     `plan`: apply this plan as it is (no profiling; calibration still runs when compensating).
+    `budget`: how much to remove, instead of `config.ratio` (a speedup or memory size with the
+    runtime's `costs`).
     `timings` receives this run's phase times (a reused profile keeps its own in `profile.timings`).
     """
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     adapter = get_adapter(model)
-    if plan is None:
+    if plan is None and (budget is None or budget.kind == "ratio"):
         check_ratio_reachable(sum(p.numel() for p in model.parameters()), adapter.decoder_params(), config.ratio,
                               config.ratio_of)
         if config.criterion == "obs" and config.compensate != "lsq":
@@ -113,14 +126,23 @@ def prune(
     calibration = calibrate(model, tokenizer, config, scores=reused, score=plan is None) if needs_calibration else None
     timings = timings if timings is not None else {}
     if plan is None:
-        plan, profile = plan_for(config, calibration, profile, adapter=adapter, checkpoint_dir=checkpoint_dir,
-                                 timings=timings)
+        plan, profile = plan_for(config, calibration, profile, budget=budget, costs=costs, adapter=adapter,
+                                 checkpoint_dir=checkpoint_dir, timings=timings)
     else:
         timings.update(calibration.timings if calibration is not None else {})
         plan = Plan(plan.layers, {**plan.config, "compensate": config.compensate, "ridge": config.ridge},
                     dict(plan.summary))
     if not is_main():  # under torchrun only rank 0 changes the model (and writes it)
         return plan, profile
+    check = None
+    if "predicted_loss" in plan.summary and tokenizer is not None and not is_streamed(model):  # check additivity
+        with timed(timings, "plan_check"):
+            try:
+                windows = held_out_ids(tokenizer, config)
+            except ValueError as err:  # a short calibration file: every position already calibrated on
+                log.warning("plan check skipped: %s", err)
+                plan.summary["plan_check"], windows = {"skipped": str(err)}, None
+            check = PlanCheck.before_surgery(model, plan, windows, config.metric) if windows is not None else None
     with timed(timings, "surgery_and_compensation"):
         biases_before = _out_proj_bias_params(adapter)
         gram = calibration.gram if calibration is not None else None
@@ -130,6 +152,10 @@ def prune(
             sequential, gram = calibration.inputs.first_layer_only(), None
         del calibration
         plan.summary["compensation"] = prune_model_(model, plan, config.compensate, gram, config.ridge, sequential)
+    if check is not None:
+        with timed(timings, "plan_check"):
+            plan.summary["plan_check"] = check.after_surgery(model, plan.summary["predicted_loss"])
+        del check
     added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
     after = sum(p.numel() for p in model.parameters()) - added

@@ -51,6 +51,7 @@ class PruneConfig:
     sequential: bool = field(default=True, metadata={"help": "lsq/bias: fit layer by layer on the inputs the already-pruned layers produce (one more calibration pass; --no-sequential fits on the dense inputs)"})
     compensation_aware: bool = field(default=False, metadata={"help": "measure each option's ΔL with its component compensated as it will be saved (lsq or bias), so the allocation sees the shipped model"})
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
+    check_samples: int = field(default=8, metadata={"help": "held-out calibration windows on which the plan's predicted summed ΔL is checked against the pruned model's measured one (0: no check)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
@@ -75,6 +76,8 @@ class PruneConfig:
         if not 1 <= self.screen_samples <= self.profile_samples:
             raise ValueError(f"screen_samples must be between 1 and profile_samples ({self.profile_samples}), "
                              f"got {self.screen_samples}")
+        if self.check_samples < 0:
+            raise ValueError(f"check_samples must be >= 0 (0: no plan check), got {self.check_samples}")
         if self.screen_stride < 0:
             raise ValueError(f"screen_stride must be >= 0 (1 screens every option, 0 chooses by size), got {self.screen_stride}")
         if self.profile_samples > self.calib_samples:

@@ -17,8 +17,11 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from gapprune.allocate import ALLOCATORS, Allocation
+from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals
 from gapprune.allocate.table import LossTable
+from gapprune.budget import Budget
+from gapprune.budgets.budget import allocate_budget
+from gapprune.budgets.table import RuntimeCosts
 from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.config import PruneConfig
@@ -34,90 +37,122 @@ from gapprune.prune.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "calibration_ids", "plan_for",
-           "profile_model", "prune_model_", "refine_allocation"]
+__all__ = ["Budget", "Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "calibration_ids", "plan_for",
+           "plan_from_allocation", "profile_model", "prune_model_", "refine_allocation", "solver"]
+
+
+TableSolver = Callable[[LossTable], Allocation]  # a loss table's allocation under one budget
+
+
+def solver(budget: Budget, allocator: str, total_params: int, decoder_params: int,
+           signals: LayerSignals | None = None, costs: RuntimeCosts | None = None) -> TableSolver:
+    """The one solve: a loss table's allocation under `budget`, by `allocator`.
+
+    A ratio or a parameter count is solved in parameters (any allocator); a speedup or a memory size
+    by GAP's DP over the runtime's measured costs (`costs`, from `budgets/`)."""
+    if budget.in_runtime:
+        if allocator != "gap":
+            raise ValueError(f"a {budget.kind} budget is solved by the gap allocator's DP over runtime costs, "
+                             f"not by {allocator}")
+        if costs is None:
+            raise ValueError(f"a {budget.kind} budget needs the runtime's cost table (gapprune.budgets)")
+        return lambda table: allocate_budget(table, costs, budget)
+    params = budget.params(total_params, decoder_params)
+    return lambda table: ALLOCATORS.get(allocator)(table, signals, params)
 
 
 def plan_for(config: PruneConfig, calibration: Calibration | None = None, profile: Profile | None = None, *,
-             adapter: ModelAdapter | None = None, checkpoint_dir: Path | None = None,
-             allocate_with: Callable[[Profile], Allocation] | None = None, timings: dict[str, float] | None = None,
+             budget: Budget | None = None, costs: RuntimeCosts | None = None, adapter: ModelAdapter | None = None,
+             checkpoint_dir: Path | None = None, timings: dict[str, float] | None = None,
              **overrides: Any) -> tuple[Plan, Profile]:
-    """The plan for `config` (with `overrides`, e.g. `ratio=0.5, allocator="owl"`) and the profile it used.
+    """The plan for `budget` (default: `config.ratio` of `config.ratio_of`) and the profile it used.
 
-    Without a profile, one is measured from `calibration`. A given profile is checked against the
-    calibration, and with the `auto` profiler its table is completed for this ratio (the profile
-    keeps the grown table, so the next ratio measures less). Without a calibration the profile's
-    numbers alone decide (an exact or already completed table), and `adapter` names the model.
-    `timings` receives this call's phases (with the calibration's); `profile.timings` stays what
-    measuring the profile has cost in all, across the runs that grew it.
+    `overrides` change the config first (e.g. `ratio=0.5, allocator="owl"`). Without a profile, one
+    is measured from `calibration`. A given profile is checked against the calibration. With the
+    `auto` profiler the table is completed for this budget, whatever its kind, by one rule: measure
+    exactly what can change this budget's plan (the profile keeps the grown table, so the next
+    budget measures less). Without a calibration the profile's numbers alone decide (an exact or
+    already completed table), and `adapter` names the model. `costs`: the runtime's cost table, for
+    a speedup or memory budget. `timings` receives this call's phases (with the calibration's);
+    `profile.timings` stays what measuring the profile has cost in all, across the runs that grew it.
     """
     run_timings = timings if timings is not None else {}
     config = replace(config, **overrides) if overrides else config
+    budget = budget or Budget.ratio(config.ratio, config.ratio_of)
     adapter = adapter or (calibration.adapter if calibration is not None else None)
     if adapter is None:
         raise ValueError("plan_for needs a calibration or an adapter (the model the plan is for)")
+    total = profile.total_params if profile is not None else sum(p.numel() for p in adapter.model.parameters())
+    decoder = adapter.decoder_params()
+
+    def complete_for() -> Callable[[LossTable], dict[str, list[int]]]:  # what the auto profiler completes for
+        gap = solver(budget, "gap", total, decoder, None, costs)
+        return lambda table: gap(table).choice
+
+    completes = config.profiler == "auto" and needs_loss_table(config)
     if profile is None:
         if calibration is None:
             raise ValueError("plan_for needs a calibration to measure a profile, or a profile")
-        profile = profile_model(calibration, config, checkpoint_dir)
+        profile = profile_model(calibration, config, checkpoint_dir, solve=complete_for() if completes else None)
         run_timings.update(profile.timings)
     elif calibration is not None:
         run_timings.update(calibration.timings)
         profile.check_matches(calibration, config)
-        profile.decoder_params = profile.decoder_params or adapter.decoder_params()  # older profiles lack it
-        if config.profiler == "auto" and needs_loss_table(config):  # measure what this ratio's plan needs
+        profile.decoder_params = profile.decoder_params or decoder  # older profiles lack it
+        if completes:  # measure what this budget's plan needs
             growth: dict[str, float] = {}
             with timed(growth, "profiling"):
-                profile.table = complete_table(calibration, profile.table, config, profile.total_params,
-                                               checkpoint_dir)
+                profile.table = complete_table(calibration, profile.table, config, complete_for(), checkpoint_dir)
             for phases in (run_timings, profile.timings):
                 phases["profiling"] = round(phases.get("profiling", 0.0) + growth["profiling"], 3)
     with timed(run_timings, "allocation"):
-        if allocate_with is not None:  # another budget than the ratio's, e.g. `budgets.budget.runtime_allocator`
-            if config.refine:
-                raise ValueError("refine re-solves under the parameter budget; it does not apply to a runtime budget")
-            allocation = allocate_with(profile)
-        else:
-            allocation = allocate(profile, config.ratio, config.allocator, config.ratio_of)
+        solve = solver(budget, config.allocator, profile.total_params, profile.decoder_params, profile.signals, costs)
+        allocation = solve(profile.table)
         if config.refine:
             if calibration is None:
                 raise ValueError("refine re-profiles around the plan: it needs a calibration")
-            allocation = refine_allocation(calibration, profile, allocation, config.ratio, config.refine,
-                                           config.mlp_stride, config.ratio_of,
+            allocation = refine_allocation(calibration, profile, allocation, solve, config.refine, config.mlp_stride,
                                            margin=config.auto_margin if config.profiler == "auto" else None)
-    return plan_from_allocation(adapter, profile, allocation, config.to_dict()), profile
+    # the plan records the budget it was solved for; one in other units than a ratio claims no ratio
+    ratio = {"ratio": budget.target, "ratio_of": budget.of} if budget.kind == "ratio" else {"ratio": None}
+    plan = plan_from_allocation(adapter, profile, allocation, {**config.to_dict(), **ratio})
+    plan.summary["budget"] = budget.to_record()
+    plan.summary["choice"] = allocation.choice  # the option index per component and layer
+    plan.summary["chosen_exact"] = profile.table.chosen_exact(allocation.choice)
+    return plan, profile
 
 
 def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "model") -> Allocation:
     """Choose one option per component so that `ratio` of the parameters go: numbers in, numbers out."""
-    return ALLOCATORS.get(allocator)(profile.table, profile.signals, profile.budget(ratio, ratio_of))
+    return solver(Budget.ratio(ratio, ratio_of), allocator, profile.total_params, profile.decoder_params,
+                  profile.signals)(profile.table)
 
 
-def refine_allocation(calibration: Calibration, profile: Profile, allocation: Allocation, ratio: float, rounds: int,
-                      mlp_stride: int = 1, ratio_of: str = "model", margin: float | None = None) -> Allocation:
-    """Re-profile ΔL around the plan and re-solve `rounds` times; keep the plan with the best true loss.
+def refine_allocation(calibration: Calibration, profile: Profile, allocation: Allocation, solve: TableSolver, rounds: int,
+                      mlp_stride: int = 1, margin: float | None = None) -> Allocation:
+    """Re-profile ΔL around the plan and re-solve (`solve`: the budget's) `rounds` times; keep the plan
+    with the best true loss.
 
     `margin` None measures every option of every component around the plan; a number measures, by
     the auto profiler's rule, only what could change the re-solved plan (the `auto` profiler's way).
     """
-    if allocation.allocator != "gap":
+    if allocation.allocator not in ("gap", "gap-speedup", "gap-memory"):
         raise ValueError("refinement applies to the gap allocator only")
     adapter, scores, table, inputs = calibration.adapter, profile.scores, profile.table, calibration.profile_inputs
-    budget = profile.budget(ratio, ratio_of)
     best, best_loss = allocation, true_loss(adapter, inputs, scores, table, allocation.choice)
     history = [{"round": 0, "true_loss": best_loss, "predicted_loss": allocation.predicted_loss(table)}]
     current = allocation
 
-    def solve(working: LossTable) -> dict[str, list[int]]:
-        return ALLOCATORS.get("gap")(working, profile.signals, budget).choice
+    def choice(working: LossTable) -> dict[str, list[int]]:
+        return solve(working).choice
 
     for round_ in range(1, rounds + 1):
         if margin is None:  # every option around the plan
             conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride)
         else:  # only what can change the re-solved plan
             conditional = conditional_loss_table(adapter, inputs, scores, table, current.choice, mlp_stride,
-                                                 solve=solve, margin=margin)
-        candidate = ALLOCATORS.get("gap")(conditional, profile.signals, budget)
+                                                 solve=choice, margin=margin)
+        candidate = solve(conditional)
         candidate.info["refine_round"] = round_
         loss = true_loss(adapter, inputs, scores, table, candidate.choice)
         history.append({"round": round_, "true_loss": loss, "predicted_loss": candidate.predicted_loss(conditional)})

@@ -54,10 +54,13 @@ def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
     costs = fitted()
     choice = {c: [1] * costs.dims.n_layers for c in costs.options}
     budget = Budget("speedup", 1.2)
-    hook = BudgetHook(budget, BenchSettings(), costs, {"predicted": achieved(budget, costs, choice)}, choice)
+    hook = BudgetHook(budget, BenchSettings(), costs, plan_summary={
+        "allocation_info": {"predicted": achieved(budget, costs, choice)}, "choice": choice,
+        "chosen_exact": {"exact": 2, "chosen": 2}, "profiler": "auto"})
     (tmp_path / "report.md").write_text("# report\n")
     record = finish(hook, parse("--speedup", "1.2"), tmp_path)
     assert record["predicted"] > 1 and "measured" not in record
+    assert record["chosen_exact"] == {"exact": 2, "chosen": 2} and record["profiler"] == "auto"
     assert "not measured; pass --verify" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "budget.json").is_file() and (tmp_path / "cost_per_layer.png").is_file()
 
@@ -79,7 +82,12 @@ def test_a_budget_prune_writes_its_record_inside_the_atomic_folder(tiny_model_fo
     argv = ["prune", str(folder), "--calib", str(text), "--calib-samples", "4", "--profile-samples", "4",
             "--seq-len", "32", "--no-plots", "--gguf-type", "f16", "--max-memory", "2MB"]
     assert main([*argv, "--out", str(tmp_path / "ok")]) == 0
-    assert json.loads((tmp_path / "ok" / "budget.json").read_text())["budget"] == "memory"
+    record = json.loads((tmp_path / "ok" / "budget.json").read_text())
+    assert record["budget"] == "memory"
+    # the auto profiler completed its table for this budget: every pick is an exact ΔL, not a screen estimate
+    assert record["profiler"] == "auto" and record["chosen_exact"]["exact"] == record["chosen_exact"]["chosen"]
+    plan = json.loads((tmp_path / "ok" / "plan.json").read_text())
+    assert plan["config"]["ratio"] is None and "2.00 MB" in (tmp_path / "ok" / "report.md").read_text()
     assert "## Budget" in (tmp_path / "ok" / "report.md").read_text()
 
     def broken_verdict(record, budget):

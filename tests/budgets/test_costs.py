@@ -106,14 +106,12 @@ def test_sizes_parse_in_decimal_and_binary_units() -> None:
         parse_size("a lot")
 
 
-def test_the_runtime_allocator_meets_its_budget_from_a_profile() -> None:
-    """What the orchestrator's allocation step calls (`plan_for(..., allocate_with=...)`, tested in
-    tests/pipeline/test_stages.py) meets the budget from the profile's table alone."""
-    from types import SimpleNamespace
-
-    from gapprune.budgets.budget import runtime_allocator
+def test_the_one_solver_meets_a_runtime_budget_from_a_loss_table() -> None:
+    """What `plan_for` calls for a speedup budget (`pipeline.solver` with the runtime's costs) meets it
+    from the loss table alone, and the auto profiler completes its table for that same solve."""
+    from gapprune.pipeline import solver
 
     costs = fitted()
-    profile = SimpleNamespace(table=loss_table(costs))
-    allocation = runtime_allocator(costs, Budget("speedup", 1.3))(profile)
+    table = loss_table(costs)
+    allocation = solver(Budget("speedup", 1.3), "gap", 0, 0, None, costs)(table)
     assert achieved(Budget("speedup", 1.3), costs, allocation.choice) >= 1.3

@@ -8,8 +8,8 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from gapprune.models import get_adapter
+from gapprune.options import attention_options
 from gapprune.profiling import masked_units
-from gapprune.prune.options import attention_options
 from tests.conftest import tiny_gemma3
 
 

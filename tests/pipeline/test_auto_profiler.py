@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gapprune.allocate import ALLOCATORS, LossTable, budget_params
-from gapprune.pipeline import profile_model
+from gapprune.pipeline import plan_for
 from gapprune.profiling.tables import complete_table
 from tests.helpers import tiny_config, tiny_run
 
@@ -30,7 +30,7 @@ def exact_run(ids):
 def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, screen_stride, tmp_path):
     # a margin wide enough for a one-window screen of this random model; SmolLM2 needs 0.1 (docs/performance.md)
     config = tiny_config(ids, channel_step=16, profiler="auto", ratio=ratio, auto_margin=1.0, screen_stride=screen_stride)
-    auto = profile_model(exact_run.calibration, config, tmp_path).table
+    auto = plan_for(config, exact_run.calibration, checkpoint_dir=tmp_path)[1].table
     budget = budget_params(exact_run.profile.total_params, ratio)
     gap = ALLOCATORS.get("gap")
     assert gap(auto, None, budget).choice == gap(exact_run.table, None, budget).choice
@@ -43,14 +43,15 @@ def test_auto_plan_equals_the_exact_plan(exact_run, ids, ratio, screen_stride, t
 
 
 def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(exact_run, ids, tmp_path):
-    first = profile_model(exact_run.calibration, tiny_config(ids, channel_step=16, profiler="auto", ratio=0.2),
-                          tmp_path).table
+    first = plan_for(tiny_config(ids, channel_step=16, profiler="auto", ratio=0.2), exact_run.calibration,
+                     checkpoint_dir=tmp_path)[1].table
     first.save(tmp_path / "t.json")
     loaded = LossTable.load(tmp_path / "t.json")
     for c in ("attn", "mlp"):
         assert np.array_equal(loaded.exact[c], first.exact[c])
     config = tiny_config(ids, channel_step=16, profiler="auto", ratio=0.4)
-    second = complete_table(exact_run.calibration, loaded, config, exact_run.profile.total_params)
+    budget = budget_params(exact_run.profile.total_params, 0.4)
+    second = complete_table(exact_run.calibration, loaded, config, lambda t: ALLOCATORS.get("gap")(t, None, budget).choice)
     for c in ("attn", "mlp"):
         assert (second.exact[c] >= first.exact[c]).all()  # nothing measured before is lost or re-estimated
         kept = first.exact[c]

@@ -218,25 +218,27 @@ def test_a_profile_lends_its_scores_to_the_same_model_and_refuses_other_weights(
         plan_for(config, other, profile)
 
 
-def test_plan_for_takes_another_allocator_in_place_of_the_ratios_and_refuses_refine_with_it():
-    """The allocation step of the orchestrator accepts any `Profile -> Allocation` (the runtime budgets' way in)."""
-    from gapprune.pipeline import allocate, plan_for
+def test_one_budget_value_reaches_plan_for_and_a_parameter_count_is_the_ratio_it_equals():
+    """How much goes is one `Budget`: a parameter count plans exactly as the ratio that gives that count,
+    the plan records the budget, and a runtime budget without its cost table or with a baseline is refused."""
+    from gapprune.pipeline import Budget, plan_for
     from tests.conftest import tiny_llama
     from tests.helpers import tiny_config, tiny_run
 
     ids = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(4))
     run = tiny_run(tiny_llama(0), ids)
-    config, seen = tiny_config(ids), []
-
-    def uniform_at_40(profile):
-        seen.append(profile)
-        return allocate(profile, 0.4, "uniform")
-
-    plan, _ = plan_for(config, None, run.profile, adapter=run.adapter, allocate_with=uniform_at_40)
-    assert seen == [run.profile]
-    assert plan.layers == run.plan(0.4, "uniform").layers != run.plan(config.ratio, config.allocator).layers
-    with pytest.raises(ValueError, match="runtime budget"):
-        plan_for(config, None, run.profile, adapter=run.adapter, allocate_with=uniform_at_40, refine=1)
+    config = tiny_config(ids)
+    by_ratio, _ = plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget.ratio(0.4))
+    count = Budget("params", run.profile.budget(0.4))
+    by_count, _ = plan_for(config, None, run.profile, adapter=run.adapter, budget=count)
+    assert by_count.layers == by_ratio.layers != run.plan(config.ratio, config.allocator).layers
+    assert by_count.summary["budget"] == count.to_record() and by_count.config["ratio"] is None
+    assert by_ratio.config["ratio"] == 0.4 and by_ratio.summary["chosen_exact"]["exact"] == \
+        by_ratio.summary["chosen_exact"]["chosen"]  # an exact table: every pick is exact
+    with pytest.raises(ValueError, match="cost table"):
+        plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget("speedup", 1.5))
+    with pytest.raises(ValueError, match="gap allocator"):
+        plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget("speedup", 1.5), allocator="uniform")
 
 
 def test_a_plan_names_the_layers_it_empties_and_warns_when_it_empties_them_all(caplog):
@@ -250,3 +252,18 @@ def test_a_plan_names_the_layers_it_empties_and_warns_when_it_empties_them_all(c
         everything = run.plan(0.999, "gap", ratio_of="decoder")
     assert everything.summary["emptied_layers"] == list(range(len(everything.layers)))
     assert "empties every decoder layer" in caplog.text
+
+
+def test_a_prune_reports_its_predicted_loss_beside_the_measured_one_on_held_out_windows(tiny_model_folder, tmp_path):
+    folder, text = tiny_model_folder
+    out = tmp_path / "checked"
+    assert main(prune_args(folder, text, out, "--compensate", "lsq", *EXACT)) == 0
+    check = json.loads((out / "plan.json").read_text())["summary"]["plan_check"]
+    assert check["windows"] == 8 and check["seq_len"] == 32 and check["metric"] == "kl"
+    assert check["measured_masked"] > 0 and check["predicted"] > 0
+    assert check["measured_saved"] != check["measured_masked"]  # lsq changed the saved model
+    assert "held-out calibration windows" in (out / "report.md").read_text()
+    assert "plan_check" in json.loads((out / "run.json").read_text())["phases"]
+    skipped = tmp_path / "unchecked"
+    assert main(prune_args(folder, text, skipped, "--check-samples", "0")) == 0
+    assert "plan_check" not in json.loads((skipped / "plan.json").read_text())["summary"]

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from gapprune.models import get_adapter
+from gapprune.options import kept_units
 from gapprune.profiling.batched import dense_base, replay_stacked
 from gapprune.profiling.head import dense_reference
 from gapprune.profiling.metrics import METRICS
 from gapprune.prune.compensate import prune_component_and_compensate_
-from gapprune.prune.plan import kept_units
 from tests.helpers import tiny_run
 
 

@@ -60,9 +60,10 @@ def test_lsq_lowers_reconstruction_error_and_final_loss(calibrated):
 def test_compensation_with_nothing_removed_changes_nothing(calibrated):
     model, ids, run = calibrated
     plan = run.plan(0.3, "uniform")
+    kv = model.config.num_key_value_heads
     for lp in plan.layers:  # keep everything
-        lp.attn.kept = list(range(4))
-        lp.mlp.kept = list(range(128))
+        lp.attn.kept, lp.attn.option = list(range(4)), [kv, 4 // kv]
+        lp.mlp.kept, lp.mlp.option = list(range(128)), [128]
     out = copy.deepcopy(model)
     prune_model_(out, plan, "lsq", run.calibration.gram)
     with torch.inference_mode():

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from gapprune.prune.options import (
+from gapprune.options import (
     attention_options,
     default_channel_step,
     mlp_options,

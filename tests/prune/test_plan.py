@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
-from gapprune.pipeline import Profile, allocate, prune_model_, refine_allocation
+from gapprune.pipeline import Budget, Profile, allocate, prune_model_, refine_allocation, solver
 from gapprune.profiling.conditional import true_loss
 from gapprune.prune import Plan
 from tests.helpers import tiny_run
@@ -84,10 +84,14 @@ def test_ratio_outside_unit_interval_is_rejected(profile):
         allocate(profile, 1.5, "gap")
 
 
+def gap_at(profile, ratio):
+    return solver(Budget.ratio(ratio), "gap", profile.total_params, profile.decoder_params, profile.signals)
+
+
 def test_refine_never_returns_a_worse_plan_by_true_loss(run, profile):
     inputs = run.calibration.profile_inputs
     plain = allocate(profile, 0.4, "gap")
-    refined = refine_allocation(run.calibration, profile, plain, 0.4, rounds=1)
+    refined = refine_allocation(run.calibration, profile, plain, gap_at(profile, 0.4), rounds=1)
     history = refined.info["refine_history"]
     assert history[0]["true_loss"] == pytest.approx(true_loss(run.adapter, inputs, profile.scores, profile.table,
                                                               plain.choice))
@@ -118,6 +122,6 @@ def test_refining_with_a_margin_measures_less_and_its_picks_are_the_full_conditi
     chosen = ALLOCATORS.get("gap")(full, profile.signals, budget)
     assert ALLOCATORS.get("gap")(auto, profile.signals, budget).predicted_loss(full) <= \
         1.02 * chosen.predicted_loss(full) + 1e-9
-    refined = refine_allocation(run.calibration, profile, plain, 0.4, rounds=1, margin=0.25)
+    refined = refine_allocation(run.calibration, profile, plain, gap_at(profile, 0.4), rounds=1, margin=0.25)
     assert refined.info["refine_history"][1]["true_loss"] >= 0
     assert refined.removed_params(table) >= round(0.4 * profile.total_params)

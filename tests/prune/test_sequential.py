@@ -28,9 +28,10 @@ def test_sequential_with_nothing_removed_changes_nothing(calibrated):
     model, ids, run = calibrated
     adapter = run.adapter
     planned = uniform_plan(run)
-    keep_all = Plan([replace(lp, attn=replace(lp.attn, kept=list(range(adapter.layer_shape(lp.layer).n_heads))),
-                             mlp=replace(lp.mlp, kept=list(range(adapter.layer_shape(lp.layer).intermediate))))
-                     for lp in planned.layers], planned.config, planned.summary)
+    shapes = [adapter.layer_shape(lp.layer) for lp in planned.layers]
+    keep_all = Plan([replace(lp, attn=replace(lp.attn, kept=list(range(s.n_heads)), option=[s.n_kv_heads, s.n_heads // s.n_kv_heads]),
+                             mlp=replace(lp.mlp, kept=list(range(s.intermediate)), option=[s.intermediate]))
+                     for lp, s in zip(planned.layers, shapes)], planned.config, planned.summary)
     out = copy.deepcopy(model)
     summary = prune_model_(out, keep_all, "lsq", run.calibration.gram, 1.0, run.calibration.inputs)
     assert summary["applied"] == 0

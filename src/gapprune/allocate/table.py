@@ -59,6 +59,15 @@ class LossTable(JsonValue):
         assert self.exact is not None
         return int(sum(int(v.sum()) for v in self.exact.values()))
 
+    def chosen_exact(self, choice: dict[str, list[int]]) -> dict[str, int]:
+        """How many of a plan's picks (option index per component and layer) are exact ΔL values.
+
+        Options that remove nothing count as exact: their ΔL is 0 by definition, never measured."""
+        assert self.exact is not None
+        picks = [(c, layer, k) for c, ks in choice.items() for layer, k in enumerate(ks)]
+        exact = sum(1 for c, layer, k in picks if self.removed[c][layer, k] == 0 or bool(self.exact[c][layer, k]))
+        return {"exact": exact, "chosen": len(picks)}
+
     def copy(self) -> LossTable:
         assert self.exact is not None
         return LossTable(self.metric, self.criterion, {c: [list(o) for o in v] for c, v in self.options.items()},

@@ -1,8 +1,9 @@
 """The `gapprune prune` side of budgets: flags, the plan for a budget, and `--verify` in llama.cpp.
 
-`--speedup 2.0` or `--max-memory 250MB --context 4096` replace `--ratio`: the same profile and the
-same exact DP, with the cost table of `--runtime` at `--gguf-type` (measured once per machine, model
-and type, cached in the profile folder or under $GAPPRUNE_CACHE/costs). With `--verify`, the dense
+`--speedup 2.0` or `--max-memory 250MB --context 4096` replace `--ratio`: one `Budget`, solved by the
+same `plan_for` as a ratio (the auto profiler completes its table for this budget), with the cost
+table of `--runtime` at `--gguf-type` (measured once per machine, model and type, cached in the
+profile folder or under $GAPPRUNE_CACHE/costs). With `--verify`, the dense
 model is exported before pruning and the pruned GGUF after, and both are measured in llama.cpp:
 the report says predicted against measured and whether the budget was met.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gapprune.budgets.budget import Budget, allocate_budget, parse_size
+from gapprune.budgets.budget import Budget, parse_size
 from gapprune.budgets.microbench import RUNTIMES, BenchSettings
 from gapprune.budgets.table import RuntimeCosts
 
@@ -55,15 +56,13 @@ def budget_from_args(args: argparse.Namespace) -> Budget | None:
 
 @dataclass
 class BudgetHook:
-    """What the budget run keeps between allocation and verification."""
+    """What the budget run keeps between its set-up (costs, the dense GGUF) and verification."""
 
     budget: Budget
     settings: BenchSettings
     costs: RuntimeCosts
-    allocation_info: dict[str, Any]
-    choice: dict[str, list[int]]
     dense_gguf: Path | None = None
-    record: dict[str, Any] = field(default_factory=dict)
+    plan_summary: dict[str, Any] = field(default_factory=dict)  # the solved plan's, set after pruning
 
 
 def costs_for(model_spec: str, profile_dir: str | None, settings: BenchSettings, timed: bool) -> RuntimeCosts:
@@ -71,41 +70,34 @@ def costs_for(model_spec: str, profile_dir: str | None, settings: BenchSettings,
 
     cache = Path(os.environ.get("GAPPRUNE_CACHE", Path.home() / ".cache" / "gapprune")) / "costs"
     folder = Path(profile_dir) if profile_dir else cache / Path(model_spec).name
-    return cost_table(model_spec, folder, settings, Path(tempfile.gettempdir()) / "gapprune-bench", time=timed)
+    with tempfile.TemporaryDirectory(prefix="gapprune-bench-") as workdir:  # one per run: runs at once never share
+        return cost_table(model_spec, folder, settings, Path(workdir), time=timed)
 
 
-def budget_plan(model: Any, tokenizer: Any, config: Any, args: argparse.Namespace, budget: Budget,
-                profile: Any) -> tuple[Any, Any, BudgetHook]:
-    """(plan, profile, hook) for the budget: profile if needed, cost table, exact DP, plan."""
-    from gapprune.api import profile as measure_profile
-    from gapprune.models import get_adapter
-    from gapprune.pipeline import plan_for
-
-    if profile is None:
-        profile = measure_profile(model, tokenizer, config)
+def budget_setup(model: Any, tokenizer: Any, args: argparse.Namespace, budget: Budget) -> BudgetHook:
+    """The runtime's cost table for the budget, and (to verify a speedup) the dense GGUF, before pruning."""
     settings = BenchSettings(file_type=args.gguf_type, threads=args.runtime_threads)
-    costs = costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup")
-    allocation = allocate_budget(profile.table, costs, budget)
-    plan, profile = plan_for(config, profile=profile, adapter=get_adapter(model), allocate_with=lambda _: allocation)
-    hook = BudgetHook(budget, settings, costs, dict(allocation.info), allocation.choice)
+    hook = BudgetHook(budget, settings, costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup"))
     if args.verify and budget.kind == "speedup":
         from gapprune.export.gguf import export_gguf
 
         hook.dense_gguf = Path(args.gguf).with_suffix(".dense.gguf")
         export_gguf(model, tokenizer, hook.dense_gguf, file_type=args.gguf_type, overwrite=True)
-    return plan, profile, hook
+    return hook
 
 
 def finish(hook: BudgetHook, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Plot where time and memory go, verify in the runtime when asked, write budget.json, print the verdict."""
     from gapprune.budgets.plot import plot_costs
 
-    budget = hook.budget
-    record: dict[str, Any] = {"budget": budget.kind, "target": budget.target, "predicted": hook.allocation_info["predicted"],
+    budget, summary = hook.budget, hook.plan_summary
+    record: dict[str, Any] = {"budget": budget.kind, "target": budget.target,
+                              "predicted": summary["allocation_info"]["predicted"],
                               "gguf_type": hook.settings.file_type, "context": budget.context or None,
-                              "runtime": args.runtime, "threads": hook.settings.threads}
+                              "runtime": args.runtime, "threads": hook.settings.threads,
+                              "profiler": summary.get("profiler"), "chosen_exact": summary.get("chosen_exact")}
     try:
-        plot_costs(hook.costs, hook.choice, out / "cost_per_layer.png", budget.context or args.context,
+        plot_costs(hook.costs, summary["choice"], out / "cost_per_layer.png", budget.context or args.context,
                    f"{budget.kind} {budget.describe(budget.target)}")
     except ImportError:
         pass

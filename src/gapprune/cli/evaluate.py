@@ -19,10 +19,12 @@ class PplCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
         p.add_argument("model")
-        p.add_argument("--dataset", default="wikitext2", help="wikitext2, ptb, c4, or a .txt/.jsonl file")
+        p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, or a .txt/.jsonl file")
         p.add_argument("--split", default=None, help="default: the set's evaluation split (test; validation for c4)")
-        p.add_argument("--seq-len", type=int, default=2048)
+        p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 2048)")
         p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes data sets, lengths and "
+                       "windows: llm-pruner (whole WikiText-2 and PTB tests at 128) or slicegpt (WikiText-2 at 2048)")
         p.add_argument("--batch-size", type=int, default=None)
         p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
         p.add_argument("--device", default="cpu")
@@ -34,20 +36,27 @@ class PplCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.perplexity import evaluate_ppl
+        from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.export.output import check_output
 
         if args.json:
             check_output(args.json, overwrite=True, kind="file", flag="--json")
+        runs, label = [(args.dataset or "wikitext2", args.seq_len or 2048)], {}
+        if args.protocol:
+            protocol = get_protocol(args.protocol)
+            refuse_overrides(protocol, {"--dataset": args.dataset, "--split": args.split, "--seq-len": args.seq_len,
+                                        "--max-windows": args.max_windows})
+            runs, label = [(d, protocol.seq_len) for d in protocol.datasets], {"protocol": protocol.name}
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "perplexity reads text")
-        result = evaluate_ppl(
-            model, tokenizer, args.dataset, split=args.split, seq_len=args.seq_len,
-            max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
-        )
-        record = {"model": args.model, **result.to_record()}
-        print(json.dumps(record))
+        records = []
+        for dataset, seq_len in runs:
+            result = evaluate_ppl(model, tokenizer, dataset, split=args.split, seq_len=seq_len,
+                                  max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir)
+            records.append({"model": args.model, **label, **result.to_record()})
+            print(json.dumps(records[-1]))
         if args.json:
-            Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+            Path(args.json).write_text(json.dumps(records[0] if len(records) == 1 else records, indent=1) + "\n")
         return 0
 
 
@@ -88,11 +97,13 @@ class EvalCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(EvalCommand.name, help="perplexity and zero-shot accuracy (lm-evaluation-harness)")
         p.add_argument("model")
-        p.add_argument("--ppl", default="wikitext2,ptb", help="comma-separated perplexity data sets ('' for none)")
-        p.add_argument("--seq-len", type=int, default=128)
+        p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets (default wikitext2,ptb; '' for none)")
+        p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 128)")
         p.add_argument("--max-windows", type=int, default=None)
-        p.add_argument("--tasks", default="", help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
+        p.add_argument("--tasks", default=None, help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
         p.add_argument("--limit", type=int, default=None, help="first N examples per task")
+        p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes everything above: "
+                       "llm-pruner (whole WikiText-2 and PTB tests at 128, the 7 tasks in full) or slicegpt")
         p.add_argument("--batch-size", type=int, default=None,
                        help="zero-shot examples per batch (default: 16, fewer for large vocabularies)")
         p.add_argument("--data-dir", default=None)
@@ -104,20 +115,28 @@ class EvalCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
+        from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.evaluate.records import eval_records, eval_table
         from gapprune.evaluate.zeroshot import check_tasks
         from gapprune.export.output import check_output
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")
-        check_tasks([t for t in args.tasks.split(",") if t])
+        datasets = [d for d in (args.ppl if args.ppl is not None else "wikitext2,ptb").split(",") if d]
+        tasks, seq_len, label = [t for t in (args.tasks or "").split(",") if t], args.seq_len or 128, {}
+        if args.protocol:
+            protocol = get_protocol(args.protocol)
+            refuse_overrides(protocol, {"--ppl": args.ppl, "--seq-len": args.seq_len, "--max-windows": args.max_windows,
+                                        "--tasks": args.tasks, "--limit": args.limit})
+            datasets, tasks, seq_len, label = list(protocol.datasets), list(protocol.tasks), protocol.seq_len, \
+                {"protocol": protocol.name}
+        check_tasks(tasks)
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
-        records = eval_records(
-            model, tokenizer, args.model, datasets=[d for d in args.ppl.split(",") if d],
-            tasks=[t for t in args.tasks.split(",") if t], seq_len=args.seq_len, max_windows=args.max_windows,
-            limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
-        )
+        records = [{**r, **label} for r in eval_records(
+            model, tokenizer, args.model, datasets=datasets, tasks=tasks, seq_len=seq_len,
+            max_windows=args.max_windows, limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
+        )]
         table = eval_table(records)
         print(table)
         if args.out:

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_plan, finish
+from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_setup, finish
 from gapprune.cli.export import print_gguf, record_gguf_source
 from gapprune.cli.flags import add_config_flags, config_from
 from gapprune.config import PruneConfig, config_fields
@@ -58,15 +58,19 @@ class PruneCommand:
             raise ValueError("pass --plan or --profile, not both (a plan needs no profile)")
         plan_in = Plan.load(args.plan) if args.plan else None
         budget = budget_from_args(args)
-        if budget is not None and args.ratio is None:
-            args.ratio = 0.5  # not used: the budget decides how much goes
+        if budget is not None and args.ratio is not None:
+            raise ValueError(f"pass --ratio or --{'speedup' if budget.kind == 'speedup' else 'max-memory'}, not both")
+        if budget is not None and plan_in is not None:
+            raise ValueError("pass --plan or a budget (--speedup, --max-memory), not both: a plan is applied as it is")
+        if budget is not None:
+            args.ratio = 0.5  # the config's field, never read: the budget decides how much goes (plan.json says ratio null)
         if args.ratio is None:
             if plan_in is None:
                 raise ValueError("--ratio is required (the fraction of parameters to remove), unless --plan gives one")
             args.ratio = float(plan_in.config.get("ratio") or plan_in.summary["achieved_ratio"])
         config = config_from(args, PruneConfig)
         check_output(args.out, overwrite=args.overwrite)
-        check_prunable(args.model)
+        check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         profile_in = Profile.load(args.profile) if args.profile else None
         if args.gguf:
@@ -85,10 +89,11 @@ class PruneCommand:
             evaluation = [
                 {"model": "dense", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
             ]
-        hook = None
-        if budget is not None:  # the runtime's costs in the same DP; the plan is then applied as given
-            plan_in, profile_in, hook = budget_plan(model, tokenizer, config, args, budget, profile_in)
-        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in, timings=phases)
+        hook = budget_setup(model, tokenizer, args, budget) if budget is not None else None
+        plan, profile = prune(model, tokenizer, config, profile=profile_in, plan=plan_in, timings=phases, budget=budget,
+                              costs=hook.costs if hook is not None else None)
+        if hook is not None:
+            hook.plan_summary = {**plan.summary, "profiler": profile.table.meta.get("profiler") if profile else None}
         if not is_main():  # torchrun: the other ranks only helped profile
             return 0
         with timed(phases, "pruned_evaluation"):
@@ -110,6 +115,10 @@ class PruneCommand:
             f"removed {s['params_removed']:,} of {s['params_before']:,} parameters "
             f"({100 * s['achieved_ratio']:.2f}% of the model, {100 * s['decoder_ratio']:.2f}% of the decoder layers)"
         )
+        if "measured_masked" in s.get("plan_check", {}):
+            c = s["plan_check"]
+            print(f"ΔL ({c['metric']}) predicted {c['predicted']:.4f}, measured {c['measured_masked']:.4f} unfitted / "
+                  f"{c['measured_saved']:.4f} saved, on {c['windows']} held-out calibration windows")
         if s.get("emptied_layers"):
             print(f"{len(s['emptied_layers'])} of {len(plan.layers)} decoder layers emptied (no heads, no MLP "
                   f"channels: they pass their input through): {s['emptied_layers']}")

@@ -2,13 +2,21 @@
 
 from gapprune.data.selfgen import self_generated_windows
 from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file, split_for
-from gapprune.data.text import bos_token_id, consecutive_windows, mixed_windows, sample_windows, tokenize_text
+from gapprune.data.text import (
+    bos_token_id,
+    consecutive_windows,
+    held_out_windows,
+    mixed_windows,
+    sample_windows,
+    tokenize_text,
+)
 
 __all__ = [
     "DATA_ENV",
     "TEXT_SETS",
     "bos_token_id",
     "consecutive_windows",
+    "held_out_windows",
     "load_text",
     "mixed_windows",
     "read_text_file",

@@ -63,11 +63,46 @@ def sample_windows(
 ) -> torch.Tensor:
     """`n_samples` windows of `seq_len` tokens at seeded random starts (BOS first with `bos_id`). (n, T)"""
     text_len = seq_len - (bos_id is not None)
-    if ids.numel() <= text_len:
-        raise ValueError(f"the text has {ids.numel()} tokens; a calibration window needs more than {seq_len}")
+    starts = _sample_starts(ids.numel(), n_samples, text_len, seed)
+    return _with_bos(torch.stack([ids[s : s + text_len] for s in starts]), bos_id)
+
+
+def _sample_starts(n_tokens: int, n_samples: int, text_len: int, seed: int) -> list[int]:
+    if n_tokens <= text_len:
+        raise ValueError(f"the text has {n_tokens} tokens; a calibration window needs more than {text_len} tokens")
     generator = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, ids.numel() - text_len, (n_samples,), generator=generator)
-    return _with_bos(torch.stack([ids[s : s + text_len] for s in starts.tolist()]), bos_id)
+    return torch.randint(0, n_tokens - text_len, (n_samples,), generator=generator).tolist()
+
+
+HELD_OUT_SEED = 7919  # added to the calibration seed: the held-out draw is its own stream
+
+
+def held_out_windows(
+    sources: list[torch.Tensor], n_calibration: int, n_samples: int, seq_len: int, seed: int,
+    bos_id: int | None = None,
+) -> torch.Tensor:
+    """`n_samples` windows of the calibration sources that share no token position with the
+    `n_calibration` windows `mixed_windows` draws with the same seed: text the plan was not fitted on,
+    from the distribution it was fitted to. Interleaved like `mixed_windows`. (n, T)"""
+    text_len = seq_len - (bos_id is not None)
+    parts = []
+    for k, ids in enumerate(sources):
+        taken = _sample_starts(ids.numel(), len(range(k, n_calibration, len(sources))), text_len, seed + k)
+        wanted = len(range(k, n_samples, len(sources)))
+        candidates = _sample_starts(ids.numel(), 20 * wanted + 20, text_len, seed + k + HELD_OUT_SEED)
+        free = [s for s in candidates if all(abs(s - t) >= text_len for t in taken)]
+        starts: list[int] = []
+        for s in free:  # held-out windows do not overlap each other either
+            if len(starts) < wanted and all(abs(s - t) >= text_len for t in starts):
+                starts.append(s)
+        if len(starts) < wanted:
+            raise ValueError(f"calibration source {k} ({ids.numel()} tokens) is too short for {wanted} held-out "
+                             f"windows beside {len(taken)} calibration windows: lower the check's sample count")
+        parts.append(_with_bos(torch.stack([ids[s : s + text_len] for s in starts]), bos_id))
+    out = torch.empty(n_samples, seq_len, dtype=parts[0].dtype)
+    for k, part in enumerate(parts):
+        out[k :: len(sources)] = part
+    return out
 
 
 def mixed_windows(

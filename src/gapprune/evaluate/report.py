@@ -8,6 +8,30 @@ from typing import Any
 from gapprune.prune.plan import Plan
 
 
+def target(plan: Plan) -> str:
+    """The budget the plan was solved for, in its own units (plans saved before budgets: the ratio)."""
+    from gapprune.budget import Budget
+
+    if "budget" in plan.summary:
+        return Budget(**plan.summary["budget"]).describe()
+    return f"{100 * (plan.config.get('ratio') or 0):.2f}% of the {plan.config.get('ratio_of', 'model')}"
+
+
+def plan_check_lines(check: dict[str, Any] | None) -> list[str]:
+    """Whether the ΔL added up: the measured pruned model beside the DP's sum (`profiling/plan_check.py`)."""
+    if not check:
+        return []
+    if "skipped" in check:
+        return [f"- plan check skipped: {check['skipped']}"]
+    ratio = check.get("masked_over_predicted")
+    return [(
+        f"- measured ΔL ({check['metric']}) on {check['windows']} held-out calibration windows of {check['seq_len']} tokens: "
+        f"{check['measured_masked']:.4f} with the plan's units masked (the table's assumption: "
+        f"{'n/a' if ratio is None else f'{ratio:.2f}× the predicted sum'}), "
+        f"{check['measured_saved']:.4f} for the saved, compensated model"
+    )]
+
+
 def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[str, Any]] | None = None) -> str:
     s = plan.summary
     lines = [
@@ -17,8 +41,9 @@ def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[s
         (f"- parameters: {s['params_before']:,} → {s['params_after']:,} "
          f"(removed {s['params_removed']:,} = {100 * s['achieved_ratio']:.2f}% of the model, "
          f"{100 * s['decoder_ratio']:.2f}% of the decoder layers; "
-         f"target {100 * plan.config.get('ratio', 0):.2f}% of the {plan.config.get('ratio_of', 'model')})"),
+         f"target {target(plan)})"),
         f"- predicted summed ΔL: {s.get('predicted_loss', float('nan')):.4f}",
+        *plan_check_lines(s.get("plan_check")),
         "",
     ]
     if timings:

@@ -26,10 +26,10 @@ from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
+from gapprune.options import kept_units
 from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, OptionGrid, calibration_tokens, option_grid
 from gapprune.profiling.metrics import METRICS
-from gapprune.prune.plan import kept_units
 
 
 def stack_kwargs(kwargs: dict[str, Any], batch: int, copies: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import (
     bos_token_id,
+    held_out_windows,
     load_text,
     mixed_windows,
     self_generated_windows,
@@ -87,6 +88,17 @@ def calibration_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     sources = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
                for name, split in zip(config.calib_sources, calibration_splits(config))]
     return mixed_windows(sources, config.calib_samples, config.seq_len, config.seed, bos_id=bos_token_id(tokenizer))
+
+
+def held_out_ids(tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor | None:
+    """`config.check_samples` windows of the calibration text that no calibration window overlaps
+    (None for `self`-generated text or no check): where the plan check measures."""
+    if config.calib == "self" or not config.check_samples:
+        return None
+    sources = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
+               for name, split in zip(config.calib_sources, calibration_splits(config))]
+    return held_out_windows(sources, config.calib_samples, config.check_samples, config.seq_len, config.seed,
+                            bos_id=bos_token_id(tokenizer))
 
 
 def calibrate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: PruneConfig,

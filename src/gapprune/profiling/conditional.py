@@ -18,11 +18,11 @@ from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
+from gapprune.options import kept_units
 from gapprune.profiling.auto import Entries, Measured, Solve, auto_table
 from gapprune.profiling.batched import measure_entries, replay_stacked
 from gapprune.profiling.head import dense_reference
 from gapprune.profiling.loss_table import UnitMasks, measured_options
-from gapprune.prune.plan import kept_units
 
 Choice = dict[str, list[int]]  # component -> option index per layer
 

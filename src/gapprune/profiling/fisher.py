@@ -30,9 +30,9 @@ from gapprune.calibrate.capture import batches
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
+from gapprune.options import kept_units
 from gapprune.profiling.loss_table import LossTable, option_grid
 from gapprune.profiling.metrics import METRICS
-from gapprune.prune.plan import kept_units
 
 LABELS = ("model", "data")
 

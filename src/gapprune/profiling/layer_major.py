@@ -31,6 +31,7 @@ from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
+from gapprune.options import kept_units
 from gapprune.profiling.batched import (
     Measured,
     option_masks,
@@ -39,7 +40,6 @@ from gapprune.profiling.batched import (
 )
 from gapprune.profiling.head import dense_reference, metric_sums
 from gapprune.profiling.loss_table import LossTable, calibration_tokens, option_grid
-from gapprune.prune.plan import kept_units
 
 
 @dataclass(frozen=True)

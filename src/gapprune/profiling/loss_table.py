@@ -23,10 +23,9 @@ from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
+from gapprune.options import attention_options, kept_units, mlp_options, option_params
 from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
 from gapprune.profiling.metrics import METRICS
-from gapprune.prune.options import attention_options, mlp_options
-from gapprune.prune.plan import kept_units, option_params
 
 
 def component_options(adapter: ModelAdapter, layer: int, channel_step: int) -> dict[str, list[list[int]]]:

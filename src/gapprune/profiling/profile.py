@@ -17,6 +17,7 @@ from gapprune.allocate import LayerSignals, LossTable, budget_params
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.importance import UnitScores
 from gapprune.phases import timed
+from gapprune.profiling.auto import Solve
 from gapprune.profiling.calibration import Calibration, profile_settings
 from gapprune.profiling.signals import layer_signals
 from gapprune.profiling.tables import measure_table, needs_loss_table
@@ -88,13 +89,17 @@ class Profile:
 
 
 def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                  complete: bool = True) -> Profile:
-    """Signals and the loss table of the calibrated dense model (`complete`: see `measure_table`)."""
+                  solve: Solve | None = None) -> Profile:
+    """Signals and the loss table of the calibrated dense model.
+
+    `solve` (table -> chosen options): with the `auto` profiler, complete the table for that solve's
+    budget (`pipeline.plan_for` passes it); None stops at the estimate, for later budgets to complete.
+    """
     timings = dict(calibration.timings)
     with timed(timings, "signals"):
         signals = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, calibration.unit_scores)
     with timed(timings, "profiling"):
-        table = measure_table(calibration, config, checkpoint_dir, complete)
+        table = measure_table(calibration, config, checkpoint_dir, solve)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
     settings = profile_settings(config)
     return Profile(calibration.unit_scores, signals, table, total, calibration.fingerprint(config), settings, timings,

@@ -7,14 +7,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gapprune.allocate import ALLOCATORS, LossTable, budget_params
+from gapprune.allocate import LossTable
 from gapprune.config import TABLE_SETTINGS, PruneConfig
 from gapprune.distributed import gather_table, rank, shard_layers, world_size
 from gapprune.models import ModelAdapter
 from gapprune.models.loading import default_cache_dir
 from gapprune.models.streaming import is_streamed
+from gapprune.options import default_channel_step
 from gapprune.profiling import build_loss_table
-from gapprune.profiling.auto import auto_table
+from gapprune.profiling.auto import Solve, auto_table
 from gapprune.profiling.batched import (
     Compensated,
     Compensation,
@@ -29,7 +30,6 @@ from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.head import dense_reference
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import calibration_tokens, option_grid
-from gapprune.prune import default_channel_step
 from gapprune.prune.compensate import compensated_projection
 
 if TYPE_CHECKING:
@@ -59,13 +59,13 @@ def needs_loss_table(config: PruneConfig) -> bool:
 
 
 def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                  complete: bool = True) -> LossTable:
+                  solve: Solve | None = None) -> LossTable:
     """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed.
 
-    `auto` without `complete` stops at the estimate: `complete_table` finishes it for a ratio later.
+    `auto` completes the table for `solve` (a budget's plan of a table); without one it stops at the
+    estimate, and `complete_table` finishes it for a budget later.
     """
     adapter, scores = calibration.adapter, calibration.unit_scores
-    total = sum(p.numel() for p in adapter.model.parameters())
     step = step_of(adapter, config)
     if not needs_loss_table(config):
         return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
@@ -79,10 +79,10 @@ def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir:
             log.info("resuming the auto profiler from its saved screen")
         estimate = LossTable.from_dict(saved) if saved is not None else screen_table(calibration, config)
         checkpoint.save_screen(estimate.to_dict())
-        if not complete:
+        if solve is None:
             checkpoint.clear()
             return estimate
-        return complete_table(calibration, estimate, config, total, checkpoint_dir)
+        return complete_table(calibration, estimate, config, solve, checkpoint_dir)
     if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
         log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
@@ -168,9 +168,10 @@ def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_di
     return EntryCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
 
 
-def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, total_params: int,
+def complete_table(calibration: Calibration, table: LossTable, config: PruneConfig, solve: Solve,
                    checkpoint_dir: Path | None = None) -> LossTable:
-    """Measure exactly the entries of `table` that can change the GAP plan at `config.ratio` (`auto`).
+    """Measure exactly the entries of `table` that can change the plan `solve` makes of it (`auto`):
+    GAP's plan under whatever budget `solve` holds (a ratio, a parameter count, a speedup, a memory size).
 
     Starts from the estimates in `table` (the screen, Fisher, or a table completed for another ratio,
     whose exact entries are kept) and measures, on the exact profiler's option grid, every entry that a
@@ -181,7 +182,6 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
                          "profile again for the gap allocator")
     adapter, scores, inputs = calibration.adapter, calibration.unit_scores, calibration.profile_inputs
     device = next(adapter.model.parameters()).device
-    budget = budget_params(total_params, config.ratio, adapter.decoder_params(), config.ratio_of)
 
     reference = dense_reference(adapter, inputs, config.metric, device)
     base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
@@ -204,9 +204,6 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
             for c, values in per.items():
                 saved.setdefault(layer, {}).setdefault(c, {}).update(values)
         return {layer: {c: {k: saved[layer][c][k] for k in ks} for c, ks in per.items()} for layer, per in entries.items()}
-
-    def solve(working: LossTable) -> dict[str, list[int]]:
-        return ALLOCATORS.get("gap")(working, None, budget).choice
 
     grid = option_grid(adapter, table.meta.get("channel_step") or step_of(adapter, config), config.mlp_stride)
     completed = auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)

@@ -24,7 +24,8 @@ from torch import nn
 from gapprune.calibrate.gram import Gram, GramStats, TokenGram, quadratic
 from gapprune.components import COMPONENTS
 from gapprune.models.adapter import ModelAdapter
-from gapprune.prune.plan import Plan, apply_plan_, check_layers
+from gapprune.prune.plan import Plan
+from gapprune.prune.surgery import apply_plan_, check_layers
 
 log = logging.getLogger(__name__)
 COMPENSATIONS = ("lsq", "bias", "none")

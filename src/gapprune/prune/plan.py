@@ -10,7 +10,7 @@ from typing import Any
 from gapprune.components import COMPONENTS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
-from gapprune.prune.options import select_channels, select_heads
+from gapprune.options import kept_units, option_params
 
 
 @dataclass
@@ -72,21 +72,6 @@ class Plan:
         return sum(c.params_before - c.params_after for lp in self.layers for c in (lp.attn, lp.mlp))
 
 
-def kept_units(scores: UnitScores, adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> list[int]:
-    """Unit ids the option keeps, chosen by the scores."""
-    shape = adapter.layer_shape(layer)
-    if component == "attn":
-        g, q = option
-        return select_heads(scores.get(layer, "attn"), shape.n_kv_heads, g, q)
-    return select_channels(scores.get(layer, "mlp"), option[0])
-
-
-def option_params(adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> int:
-    if component == "attn":
-        return adapter.attn_option_params(layer, option[0], option[1])
-    return adapter.mlp_option_params(layer, option[0])
-
-
 def make_plan(
     adapter: ModelAdapter,
     scores: UnitScores,
@@ -112,25 +97,3 @@ def make_plan(
             )
         layers.append(LayerPlan(layer=layer, attn=comps["attn"], mlp=comps["mlp"]))
     return Plan(layers=layers, config=dict(config or {}))
-
-
-def apply_plan_(adapter: ModelAdapter, plan: Plan) -> None:
-    """Physically remove every unit the plan does not keep, then record the per-layer shapes."""
-    check_layers(adapter, plan)
-    for lp in plan.layers:
-        prune_layer_(adapter, lp)
-    adapter.record_shapes_()
-
-
-def check_layers(adapter: ModelAdapter, plan: Plan) -> None:
-    if len(plan.layers) != adapter.n_layers:
-        raise ValueError(f"the plan has {len(plan.layers)} layers, the model {adapter.n_layers}")
-
-
-def prune_layer_(adapter: ModelAdapter, lp: LayerPlan) -> None:
-    """Physically remove the units of one layer that `lp` does not keep (shapes recorded by the caller)."""
-    shape = adapter.layer_shape(lp.layer)
-    if len(lp.attn.kept) != shape.n_heads:
-        adapter.prune_attention_(lp.layer, lp.attn.kept)
-    if len(lp.mlp.kept) != shape.intermediate:
-        adapter.prune_mlp_(lp.layer, lp.mlp.kept)

@@ -30,7 +30,8 @@ from gapprune.prune.compensate import (
     prune_component_and_compensate_,
     unit_columns,
 )
-from gapprune.prune.plan import Plan, check_layers
+from gapprune.prune.plan import Plan
+from gapprune.prune.surgery import check_layers
 
 
 @torch.no_grad()

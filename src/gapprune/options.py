@@ -1,4 +1,7 @@
-"""The options of each component (DESIGN §1) and which units each option keeps.
+"""The option vocabulary (DESIGN §1): each component's options, what each keeps and what it costs.
+
+Below both profiling/ (which measures options) and prune/ (which applies the chosen ones), so
+neither reaches into the other for it.
 
 Attention options are pairs (g KV groups kept, q query heads kept per group), including (0, 0),
 the removed sub-block. MLP options keep `intermediate - k * channel_step` channels, down to 0.
@@ -8,6 +11,9 @@ Option 0 is always "nothing removed".
 from __future__ import annotations
 
 import torch
+
+from gapprune.importance.base import UnitScores
+from gapprune.models.adapter import ModelAdapter
 
 
 def default_channel_step(intermediate: int, steps: int = 32) -> int:
@@ -48,3 +54,19 @@ def select_channels(channel_scores: torch.Tensor, kept: int) -> list[int]:
     if kept == 0:
         return []
     return sorted(channel_scores.topk(kept).indices.tolist())
+
+
+def kept_units(scores: UnitScores, adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> list[int]:
+    """Unit ids the option keeps, chosen by the scores."""
+    shape = adapter.layer_shape(layer)
+    if component == "attn":
+        g, q = option
+        return select_heads(scores.get(layer, "attn"), shape.n_kv_heads, g, q)
+    return select_channels(scores.get(layer, "mlp"), option[0])
+
+
+def option_params(adapter: ModelAdapter, layer: int, component: str, option: list[int]) -> int:
+    """Parameters the component keeps under `option`."""
+    if component == "attn":
+        return adapter.attn_option_params(layer, option[0], option[1])
+    return adapter.mlp_option_params(layer, option[0])
