@@ -146,3 +146,16 @@ def test_validation_text_is_watched_while_every_training_window_trains(tmp_path)
     assert result.val_kl[-1][1] == pytest.approx(held_out_kl(tuned, teacher, tokenizer), rel=1e-5)
     with pytest.raises(ValueError, match="val_data is the training text"):
         DistillConfig(data="alpaca", val_data="alpaca")
+
+
+def test_tune_distill_defaults_to_the_best_measured_setting_decoder_parameters_on_alpaca():
+    # docs/recovery.md: distillation of the decoder on Alpaca beat LoRA, all parameters and teacher-written text
+    import argparse
+
+    from gapprune.cli.tune import TuneCommand, _config
+
+    parser = argparse.ArgumentParser()
+    TuneCommand.add(parser.add_subparsers())
+    args = parser.parse_args(["tune", "DIR", "--out", "OUT", "--distill"])
+    config = _config(args, DistillConfig)
+    assert (config.params, config.data, config.lr) == ("decoder", "alpaca", 0.0)
