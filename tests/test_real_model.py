@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,10 +50,16 @@ def test_greedy_completion_is_sensible(smollm2):
     assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:])
 
 
-def test_wikitext_perplexity_is_plausible(smollm2, wikitext_windows):
+def test_wikitext_perplexity_of_16_windows_agrees_with_the_recorded_whole_test_set(smollm2, wikitext_windows):
+    """The whole test set at 128 tokens is recorded in docs/results/dense.json (56.08). Sixteen windows
+    (2,048 tokens) estimate the same mean NLL with a standard error of about 0.08 nats: 0.25 nats is
+    three of them, so a loading, tokenising or windowing bug that moves the NLL further fails."""
     model, _ = smollm2
+    records = json.loads((Path(__file__).resolve().parents[1] / "docs" / "results" / "dense.json").read_text())
+    whole = next(r["ppl"] for r in records if r.get("dataset") == "wikitext2" and r.get("seq_len") == 128
+                 and r.get("windows") == 2382)
     result = perplexity(model, wikitext_windows, progress=False)
-    assert math.isfinite(result.ppl) and 15 < result.ppl < 150, result.ppl
+    assert abs(math.log(result.ppl / whole)) < 0.25, (result.ppl, whole)
 
 
 def test_surgery_on_a_few_layers_keeps_perplexity_finite(smollm2, wikitext_windows):
@@ -60,12 +67,16 @@ def test_surgery_on_a_few_layers_keeps_perplexity_finite(smollm2, wikitext_windo
 
     model = copy.deepcopy(smollm2[0])
     adapter = get_adapter(model)
+    before = sum(p.numel() for p in model.parameters())
+    expected = adapter.component_params(3, "attn") - adapter.attn_option_params(3, 2, 2) \
+        + adapter.component_params(5, "mlp") // 2 + adapter.component_params(10, "mlp")
     adapter.prune_attention_(3, [0, 1, 3, 4])  # 2 groups x 2 heads
     adapter.prune_mlp_(5, list(range(0, 1536, 2)))
     adapter.prune_mlp_(10, [])
+    assert before - sum(p.numel() for p in model.parameters()) == expected  # the units are gone
     dense = perplexity(smollm2[0], wikitext_windows, progress=False).ppl
     pruned = perplexity(model, wikitext_windows, progress=False).ppl
-    assert math.isfinite(pruned) and pruned > dense * 0.99
+    assert dense * 1.001 < pruned < dense * 2  # worse, as removing anything is, but three components do not break it
 
 
 def test_prune_command_end_to_end_with_gap(smollm2, data_dir, tmp_path):
@@ -105,12 +116,14 @@ def test_prune_command_with_the_fisher_profiler(smollm2, data_dir, tmp_path):
 
 
 def test_zero_shot_on_all_seven_tasks_with_a_small_limit(smollm2, data_dir):
-    """lm-eval end to end on SmolLM2: every task runs, reports the LLM-Pruner metric, and ARC-easy
-    is above chance (SmolLM2-135M scores about 0.6 there; chance is 0.25)."""
+    """lm-eval end to end on SmolLM2: every task runs and reports the LLM-Pruner metric; ARC-easy on 100
+    questions tells a working model from chance: a guesser (p = 0.25) reaches 40 correct with
+    probability 0.1%, SmolLM2-135M answers 46."""
     from gapprune.evaluate.zeroshot import TASKS, zero_shot
 
     model, tokenizer = smollm2
     records = zero_shot(model, tokenizer, list(TASKS), data_directory=data_dir, limit=12, batch_size=8)
     assert {r["task"]: r["metric"] for r in records} == {name: task.metric for name, task in TASKS.items()}
     assert all(0.0 <= r["value"] <= 1.0 and r["limit"] == 12 for r in records)
-    assert next(r["value"] for r in records if r["task"] == "arc_easy") > 0.3
+    arc = zero_shot(model, tokenizer, ["arc_easy"], data_directory=data_dir, limit=100, batch_size=8)
+    assert arc[0]["value"] >= 0.40

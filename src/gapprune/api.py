@@ -21,6 +21,7 @@ from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.distributed import is_main
+from gapprune.evaluate.plan_check import PlanCheck
 from gapprune.export.save import save, write_atomically
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.models.loading import load_model
@@ -28,7 +29,6 @@ from gapprune.models.streaming import is_streamed
 from gapprune.phases import timed
 from gapprune.pipeline import Profile, calibrate, plan_for, profile_model, prune_model_
 from gapprune.profiling.calibration import held_out_ids
-from gapprune.profiling.plan_check import PlanCheck
 from gapprune.profiling.profilers import check_supported
 from gapprune.prune.plan import Plan
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from gapprune.calibrate.gram import GramStats, TokenGram, gram_hook, quadratic
 from gapprune.importance.obs import obs_order, obs_order_tokens
-from gapprune.prune.compensate import (
+from gapprune.refit import (
     affine_error,
     lsq_affine,
     reconstruction_error,

@@ -10,7 +10,7 @@ import gapprune
 from gapprune.export import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import prune_model_
-from gapprune.prune.compensate import affine_error
+from gapprune.refit import affine_error
 from tests.helpers import tiny_run
 
 
@@ -95,7 +95,7 @@ def test_lsq_with_an_infinite_ridge_is_bias_compensation(calibrated):
 @pytest.mark.parametrize("ridge", [0.01, 1.0])
 def test_lsq_refit_equals_the_float64_augmented_normal_equations(ridge):
     from gapprune.calibrate.gram import GramStats
-    from gapprune.prune.compensate import lsq_affine
+    from gapprune.refit import lsq_affine
 
     g = torch.Generator().manual_seed(11)
     x = torch.randn(300, 24, generator=g, dtype=torch.float64) * torch.linspace(0.5, 2.0, 24, dtype=torch.float64) + 3.0

@@ -30,7 +30,7 @@ from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.head import dense_reference
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import calibration_tokens, option_grid
-from gapprune.prune.compensate import compensated_projection
+from gapprune.refit import compensated_projection
 
 if TYPE_CHECKING:
     from gapprune.profiling.calibration import Calibration

@@ -23,15 +23,10 @@ from gapprune.components import COMPONENTS
 from gapprune.config import LSQ_ROWS_FACTOR
 from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
-from gapprune.prune.compensate import (
-    COMPENSATIONS,
-    add_summary,
-    new_summary,
-    prune_component_and_compensate_,
-    unit_columns,
-)
+from gapprune.prune.compensate import add_summary, new_summary, prune_component_and_compensate_
 from gapprune.prune.plan import Plan
 from gapprune.prune.surgery import check_layers
+from gapprune.refit import COMPENSATIONS, unit_columns
 
 
 @torch.no_grad()

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gapprune.data import held_out_windows, mixed_windows
+from gapprune.evaluate.plan_check import PlanCheck
 from gapprune.pipeline import prune_model_
-from gapprune.profiling.plan_check import PlanCheck
 from tests.helpers import tiny_run
 
 
