@@ -3,6 +3,7 @@
     python benchmarks/budgets.py costs     # microbenchmark the cost table (cached in the profile folder)
     python benchmarks/budgets.py plans     # speedup 1.5x, 2.0x and memory plans vs parameter plans
     python benchmarks/budgets.py speedup:2 # (or speedup, memory) some targets only, e.g. one process each
+    python benchmarks/budgets.py cli       # the CLI's speed budget as a user runs it (defaults, auto profiler)
 
 Records go to docs/results/budgets.json. The profile folder is `gapprune profile smollm2-135m --out
 runs/budgets/profile` (default settings); every plan below reads its loss table.
@@ -12,10 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
+import subprocess
 import sys
+import tempfile
+import time
+from datetime import date
 from pathlib import Path
 
 from budget_run import BudgetRun
+from common import machine
 
 from gapprune.budgets.budget import Budget, parse_size
 from gapprune.budgets.microbench import BenchSettings
@@ -33,8 +40,37 @@ CALIBRATION = {"criterion": "activation", "metric": "kl", "calib": "wikitext2", 
                "profiler": "exact", "compensate": "none"}  # no compensation: the allocations alone are compared
 
 
+CLI = "prune smollm2-135m --speedup 1.5 --runtime llama.cpp --gguf-type q8_0 --verify --overwrite --no-plots"
+
+
+def cli_budget() -> None:
+    """`gapprune prune ... --speedup 1.5 --verify` with every other setting the CLI's default: one record of
+    what the run met and whether every entry the DP chose was measured exactly."""
+    with tempfile.TemporaryDirectory(prefix="gapprune-cli-budget-") as folder:
+        out, gguf = Path(folder) / "pruned", Path(folder) / "pruned.gguf"
+        start = time.perf_counter()
+        subprocess.run([str(Path(sys.executable).with_name("gapprune")), *shlex.split(CLI), "--gguf", str(gguf),
+                        "--out", str(out)], check=True)
+        wall = time.perf_counter() - start
+        budget = json.loads((out / "budget.json").read_text())
+        plan = json.loads((out / "plan.json").read_text())
+    chosen = budget["chosen_exact"]
+    records = json.loads(RECORDS.read_text()) if RECORDS.exists() else []
+    records.append({"kind": "cli_budget", "profiler": budget["profiler"], "budget": budget["budget"],
+                    "target": budget["target"], "predicted": budget["predicted"], "measured": budget["measured"],
+                    "error": round(budget["measured"] / budget["target"] - 1, 4), "met": budget["met"],
+                    "exact_chosen": chosen["exact"] == chosen["chosen"], "chosen_exact": chosen,
+                    "params_removed": plan["summary"]["params_removed"], "wall_s": round(wall, 1),
+                    "details": budget.get("details"), "threads": budget["threads"], "date": date.today().isoformat(),
+                    "machine": machine(), "command": f"gapprune {CLI} --gguf F --out D (GAPPRUNE_DATA=../shared/data)"})
+    RECORDS.write_text(json.dumps(records, indent=1) + "\n")
+
+
 def main(stage: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if stage == "cli":
+        cli_budget()
+        return
     if stage == "costs":
         for settings in (SETTINGS, BenchSettings(file_type=MEMORY_TYPE, threads=1, repeats=1)):
             costs = cost_table(MODEL, WORK / "costs", settings, WORK / "bench", time=settings is SETTINGS)

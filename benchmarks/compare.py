@@ -51,6 +51,7 @@ from gapprune.export.save import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import Calibration, Profile, allocate, calibrate, plan_for
 from gapprune.profiling.calibration import profile_settings
+from gapprune.profiling.tables import needs_loss_table
 from gapprune.tune.lora import TuneConfig, lora_tune
 
 OUT = {"dense": "dense", "allocators": "allocators", "recovery": "recovery", "ridge": "compensation",
@@ -110,6 +111,8 @@ class Bench:
         folder = Path(self.profile_dir) if self.profile_dir else None
         if profile is None and folder is not None and folder.exists():
             profile = Profile.load(folder)
+        if profile is not None and not profile.table.measured and needs_loss_table(config):
+            profile = None  # a baseline's profile holds parameter costs only: measure GAP's table
         fresh = profile is None
         plan, self.profiles[key] = plan_for(config, calibration, profile)
         if folder is not None and (fresh or config.profiler == "auto"):  # a grown auto table, for a later run

@@ -205,6 +205,48 @@ def calib_section(records: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def calibration_of(record: dict) -> str:
+    """The calibration text of a record (older records: `calib`, else that day's default, WikiText-2)."""
+    return str(record.get("calibration") or record.get("calib") or "wikitext2")
+
+
+def calibration_domain_section(records: list[dict]) -> list[str]:
+    """GAP and the baselines (all with lsq) calibrated on C4 and on WikiText-2, on three evaluation texts."""
+    cells: dict[tuple, dict] = {}
+    for r in records:
+        if (r.get("kind") == "ppl" and r.get("model") == "smollm2-135m" and r.get("windows") == 256
+                and r.get("compensate") == "lsq" and r.get("criterion") == "obs" and r.get("profiler") == "auto"):
+            cells[(r["target_ratio"], r["allocator"], calibration_of(r), r["dataset"])] = r
+    if not any(key[2] == "c4" for key in cells):
+        return []
+    dense = {r["dataset"]: r["ppl"] for r in records if r.get("kind") == "ppl" and r.get("model") == "smollm2-135m"
+             and r.get("allocator") == "dense" and r.get("windows") == 256}
+    sets = ["wikitext2", "ptb", "c4"]
+    c4 = next(r for key, r in cells.items() if key[2] == "c4")
+    lines = ["## Calibration text: C4 (web text) against WikiText-2", "",
+             (f"Machine: {c4['machine']}; date {c4['date']}. Command: `{c4['command']}`, and the same with "
+              "`--calib wikitext2` (its WikiText-2 and PTB cells are the allocator rows above, same settings). "
+              "SmolLM2-135M, CLI defaults (obs, auto profiler, sequential lsq after every allocation); the calibration "
+              "text decides the unit scores, the loss table and the lsq fit. Perplexity on the first 256 windows of "
+              "128 tokens of each evaluation split (C4: validation documents joined). An asterisk marks the text the "
+              "model was calibrated on. Dense: " + " / ".join(f"{dense.get(d, float('nan')):.2f}" for d in sets) + "."),
+             "", "| removed | allocator | calibrated on | WikiText-2 | PTB | C4 |", "|---|---|---|---|---|---|"]
+    for ratio in sorted({k[0] for k in cells}):
+        for calib in ("c4", "wikitext2"):
+            for allocator in ("gap", "uniform", "depth", "owl"):
+                row = [cells.get((ratio, allocator, calib, d)) for d in sets]
+                if not any(row):
+                    continue
+                text = [("—" if r is None else f"{r['ppl']:.1f}") + ("*" if d == calib else "") for r, d in zip(row, sets)]
+                lines.append(f"| {100 * ratio:.0f}% | {allocator} | {calib} | " + " | ".join(text) + " |")
+            gap = [cells.get((ratio, "gap", calib, d)) for d in sets]
+            best = [min((cells[(ratio, a, calib, d)]["ppl"] for a in ("uniform", "global", "depth", "owl")
+                         if (ratio, a, calib, d) in cells), default=None) for d in sets]
+            margin = [("—" if g is None or b is None else f"{100 * (1 - g['ppl'] / b):.0f}%") for g, b in zip(gap, best)]
+            lines.append(f"| {100 * ratio:.0f}% | GAP below the best baseline | {calib} | " + " | ".join(margin) + " |")
+    return lines + [""]
+
+
 def recovery_best_section(records: list[dict]) -> list[str]:
     ppl = [r for r in records if r.get("kind") == "methods" and r["method"].startswith("obs+sequential")
            and "lora" in r["method"]]
@@ -649,6 +691,7 @@ def main() -> None:
     lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
+    lines += calibration_domain_section(load("allocators.json"))
     lines += recovery_section(load("recovery.json"))
     lines += methods_section(load("recovery.json"))
     lines += recovery_best_section(load("recovery.json"))
