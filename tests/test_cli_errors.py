@@ -27,14 +27,15 @@ def prune_args(folder: Path, text: Path, out: Path, *extra: str) -> list[str]:
     pytest.param("cuda:64", "CUDA GPU", id="cuda-index"),
     ("garbage", "not a device name"),
 ])
-@pytest.mark.parametrize("command", ["prune", "ppl"])
+@pytest.mark.parametrize("command", ["prune", "ppl", "tune"])
 def test_a_device_that_is_not_there_is_refused_before_loading(tiny_model_folder, tmp_path, capsys, monkeypatch,
                                                              device, message, command):
     import gapprune.api
 
     monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the device was checked"))
     folder, text = tiny_model_folder
-    argv = prune_args(folder, text, tmp_path / "out") if command == "prune" else ["ppl", str(folder)]
+    argv = {"prune": prune_args(folder, text, tmp_path / "out"), "ppl": ["ppl", str(folder)],
+            "tune": ["tune", str(folder), "--out", str(tmp_path / "out"), "--distill"]}[command]
     assert main([*argv, "--device", device]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

@@ -58,6 +58,7 @@ class TuneCommand:
         p.add_argument("--checkpoint-dir", default=None, help="resumable checkpoint folder (default: OUT.ckpt)")
         p.add_argument("--keep-checkpoint", action="store_true", help="keep the checkpoint folder after saving")
         p.add_argument("--overwrite", action="store_true")
+        p.add_argument("--device", default="cpu", help="torch device of the student and the teacher, e.g. cuda")
         _add_union_flags(p, {"lora": TuneConfig, "distill": DistillConfig})
         p.set_defaults(run=TuneCommand.run)
 
@@ -73,7 +74,7 @@ class TuneCommand:
         config = _config(args, DistillConfig if args.distill else TuneConfig)
         check_output(args.out, overwrite=args.overwrite)
         check_output(args.checkpoint_dir or f"{args.out}.ckpt", overwrite=True, flag="--checkpoint-dir")
-        model, found = load(args.model, dtype=getattr(config, "dtype", None))  # the training dtype is the load dtype
+        model, found = load(args.model, device=args.device, dtype=getattr(config, "dtype", None))  # training dtype = load dtype
         tokenizer = require_tokenizer(found, args.model, "tuning trains on text")
         checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")
         result: DistillResult | TuneResult

@@ -139,6 +139,10 @@ def _loss(student: nn.Module, teacher_out: torch.Tensor | tuple[torch.Tensor, to
           config: DistillConfig) -> torch.Tensor:
     """Distillation loss of one micro-batch of windows (b, T) against the teacher's outputs on them."""
     s_logits = student(input_ids=ids).logits  # (b, T, V)
+    if isinstance(teacher_out, tuple):  # a cache's top-k may come from the CPU
+        teacher_out = (teacher_out[0].to(s_logits.device), teacher_out[1].to(s_logits.device))
+    else:
+        teacher_out = teacher_out.to(s_logits.device)
     if isinstance(teacher_out, tuple):
         loss = kl_topk(s_logits, *teacher_out, config.temperature)
     else:
@@ -155,7 +159,7 @@ def validation_kl(student: nn.Module, teacher: PreTrainedModel, windows: torch.T
     student.eval()
     total = 0.0
     for i in range(0, windows.shape[0], batch):
-        ids = windows[i : i + batch]
+        ids = windows[i : i + batch].to(next(student.parameters()).device)
         total += float(kl_full(student(input_ids=ids).logits, teacher(input_ids=ids).logits)) * ids.shape[0]
     student.train(was_training)
     return total / max(windows.shape[0], 1)
@@ -202,11 +206,12 @@ def distill(
     start = time.perf_counter()
     if teacher is None:
         teacher_id = config.teacher or resolve_teacher(student.config)
-        teacher, teacher_tokenizer = load_teacher(teacher_id)
+        teacher, teacher_tokenizer = load_teacher(teacher_id, next(student.parameters()).device)
     else:
         teacher_id = config.teacher or getattr(teacher.config, "_name_or_path", "") or "teacher"
     check_same_vocabulary(teacher, teacher_tokenizer, student, tokenizer, teacher_id)
     teacher.eval().requires_grad_(False)
+    device = next(student.parameters()).device
     from gapprune.models.loading import default_cache_dir
 
     text_cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir() / "teacher_text"
@@ -252,6 +257,7 @@ def distill(
             group["lr"] = lr
         loss_sum = 0.0
         for micro, micro_index in zip(batch.split(config.micro_batch), index.split(config.micro_batch), strict=True):
+            micro = micro.to(device)  # token ids live on the CPU; the models may not
             teacher_out = _teacher_outputs(teacher, micro, micro_index, config, cache)
             loss = _loss(model, teacher_out, micro, config) * micro.shape[0] / batch.shape[0]
             loss.backward()

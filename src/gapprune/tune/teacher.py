@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SOURCE_FIELDS = ("pruned_from", "gguf_source")
@@ -26,11 +27,11 @@ def resolve_teacher(config: Any) -> str:
                      "(Python: DistillConfig(teacher=...))")
 
 
-def load_teacher(spec: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load the teacher (float32, eval mode, no gradients) and its tokenizer."""
+def load_teacher(spec: str, device: str | torch.device = "cpu") -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the teacher (eval mode, no gradients) on the student's device, and its tokenizer."""
     from gapprune.api import load
 
-    model, tokenizer = load(spec)
+    model, tokenizer = load(spec, device=str(device))
     if tokenizer is None:
         raise ValueError(f"teacher {spec} has no tokenizer; its vocabulary cannot be checked")
     return model.eval().requires_grad_(False), tokenizer

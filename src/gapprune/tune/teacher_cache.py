@@ -61,8 +61,8 @@ class TeacherTopK:
         with torch.no_grad():
             logp, top = teacher_topk(teacher(input_ids=ids).logits, self.k, self.temperature)
         targets = [rows[i] for i in missing]
-        self._logp[targets] = logp[missing].numpy()
-        self._ids[targets] = top[missing].to(torch.int32).numpy()
+        self._logp[targets] = logp[missing].cpu().numpy()
+        self._ids[targets] = top[missing].to(torch.int32).cpu().numpy()
         self._logp.flush()
         self._ids.flush()
         self._done[targets] = 1
