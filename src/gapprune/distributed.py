@@ -58,7 +58,7 @@ def setup(device: str, timeout_s: float = 3600.0) -> str:
 
     A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks on one machine use N GPUs.
     """
-    if world_size() == 1:
+    if "WORLD_SIZE" not in os.environ:  # not started by torchrun
         return device
     if device == "cuda":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
@@ -68,8 +68,16 @@ def setup(device: str, timeout_s: float = 3600.0) -> str:
     if not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if on_cuda else "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        dist.barrier()  # one real collective, also at world size 1: NCCL (or gloo) is exercised, not just named
     signal.signal(signal.SIGTERM, _stop)
     return device
+
+
+def group_info() -> dict[str, Any] | None:
+    """The process group this run joined (backend, world size), for run.json; None outside torchrun."""
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    return {"backend": str(dist.get_backend()), "world_size": dist.get_world_size(), "barrier": True}
 
 
 def _ensure_group() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from gapprune.distributed import group_info
 from gapprune.phases import PEAK_RSS_AFTER, peak_rss_mb
 
 
@@ -59,6 +60,9 @@ def run_record(wall_s: float, phases: dict[str, float], calibration_tokens: int,
             "dense_forward_tokens_per_s": round(calibration_tokens / capture, 1) if capture > 0 else None,
         },
     }
+    group = group_info()
+    if group is not None:  # under torchrun: the backend whose collective ran
+        record["process_group"] = group
     if torch.device(device).type == "cuda" and torch.cuda.is_available():  # what decides the GPU a run needs
         record["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**20, 1)
     return record
