@@ -59,6 +59,8 @@ def zeroshot_rows(rows: dict[str, dict[str, dict]], dense: str) -> list[str]:
 
 
 def families_section(ppl: list[dict], extra: list[dict]) -> list[str]:
+    # WikiText-2 calibration and WikiText-2 / PTB evaluation: the C4 study has its own table
+    ppl = [r for r in ppl if r.get("calibration") in (None, "wikitext2") and r.get("dataset") != "c4"]
     models = [m for m in dict.fromkeys(r.get("model") for r in ppl) if m]
     lines = ["## Per model: Gemma-3-270M, Qwen2.5-Coder-0.5B and -1.5B, and SmolLM2-135M at the CLI's defaults", ""]
     for model in models:
@@ -225,7 +227,8 @@ def calibration_domain_section(records: list[dict]) -> list[str]:
     c4 = next(r for key, r in cells.items() if key[2] == "c4")
     lines = ["## Calibration text: C4 (web text) against WikiText-2", "",
              (f"Machine: {c4['machine']}; date {c4['date']}. Command: `{c4['command']}`, and the same with "
-              "`--calib wikitext2` (its WikiText-2 and PTB cells are the allocator rows above, same settings). "
+              "`--calib wikitext2 --datasets c4` into runs/smol-wikitext2 (its WikiText-2 and PTB cells are the CLI-defaults "
+              "rows of 2026-12-02 in the per-model section, same settings). "
               "SmolLM2-135M, CLI defaults (obs, auto profiler, sequential lsq after every allocation); the calibration "
               "text decides the unit scores, the loss table and the lsq fit. Perplexity on the first 256 windows of "
               "128 tokens of each evaluation split (C4: validation documents joined). An asterisk marks the text the "
