@@ -1,0 +1,190 @@
+"""Render the README's measured parts from docs/results/*.json.
+
+    python benchmarks/readme.py            # rewrite the rendered parts of README.md
+    python benchmarks/readme.py --check    # exit 1 when they differ from what the records render
+
+Every number in the README sits between `<!-- rendered:NAME -->` and `<!-- /rendered -->` and is
+written here from a record; the prose around them cites records and restates no number. Each block
+takes the latest record (files are in the order measured) that matches its settings, so a new
+measurement moves the README with it, and one that does not match the settings never does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+MAIN_JOB = "prune smollm2-135m --ratio 0.25 --out runs/smollm2-gap-25 --overwrite --eval wikitext2 --eval-windows 64"
+BASELINES = ("uniform", "global", "depth", "owl")
+BLOCK = re.compile(r"(<!-- rendered:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /rendered -->)", re.DOTALL)
+Records = dict[str, list[dict]]
+
+
+def load_records(folder: Path = RESULTS) -> Records:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def latest(records: list[dict], what: str, **match: object) -> dict:
+    """The last record whose fields equal `match`; a clear error names what is missing."""
+    found = [r for r in records if all(r.get(k) == v for k, v in match.items())]
+    if not found:
+        raise LookupError(f"no record of {what} with {match}")
+    return found[-1]
+
+
+def duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def main_job(records: Records) -> str:
+    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
+                 kind="main_job")
+    phases, where = job["phases"], job.get("run_machine") or job["machine"]  # run.json's machine, or an older record's
+    setup = latest(records["main_job"], "a CI run", kind="ci")
+    return (
+        f"    scripts/setup.sh && GAPPRUNE_DATA=${{GAPPRUNE_DATA:-../shared/data}} .venv/bin/gapprune {MAIN_JOB}\n\n"
+        f"{duration(job['wall_s'])} on {where['cores']} cores ({where['processor']}, "
+        f"{job['date']}): profiling {phases['profiling']:.0f} s, unit scoring {phases['importance']:.0f} s, surgery and "
+        f"lsq {phases['surgery_and_compensation']:.0f} s, plan check {phases.get('plan_check', 0):.0f} s, the rest loading "
+        f"and two 64-window evaluations; "
+        f"`scripts/setup.sh` adds about {duration(setup['wall_s'] - setup['tests_s'])}.\n"
+    )
+
+
+def tests(records: Records) -> str:
+    ci = latest(records["main_job"], "a CI run", kind="ci")
+    return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}), "
+            f"{duration(ci['tests_s'])} of it the {ci['passed']} tests (`slow` real-model ones and mypy on `src/` "
+            f"included; {ci['deselected']} `gpu` and `network` ones deselected).\n")
+
+
+def hardware(records: Records) -> str:
+    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
+                 kind="main_job")
+    if "prefill_ms" in job:
+        prefill, where = job["prefill_ms"], "measured beside the main job"
+    else:
+        prefill, where = latest(records["bench"], "a dense bench", model="smollm2-135m", batch=1)["prefill_ms"], "bench.json"
+    return (f"`gapprune bench smollm2-135m --batches 1` prints the prefill time of 512 tokens: {prefill:.0f} ms on the "
+            f"machine above ({where}). Multiply the times above by yours ÷ {prefill:.0f} ms.\n")
+
+
+def main_job_output(records: Records) -> str:
+    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB) and "printed" in r],
+                 "the main job's printed lines", kind="main_job")
+    return "".join(f"    {line}\n" for line in job["printed"])
+
+
+def calibration(record: dict) -> str:
+    """The calibration text a record was measured with (records before `calibration` was written: `calib`,
+    else the default of their day, WikiText-2)."""
+    return str(record.get("calibration") or record.get("calib") or "wikitext2")
+
+
+DATASETS = ("wikitext2", "ptb", "c4")
+
+
+def ppl_row(records: list[dict], model: str, ratio: float, allocator: str, compensate: str, windows: int,
+            calib: str, **extra: object) -> tuple[float | None, ...] | None:
+    """Perplexity per evaluation set (None where not measured) of one setting and calibration text;
+    None when WikiText-2 was not measured."""
+    records = [r for r in records if calibration(r) == calib or r.get("allocator") == "dense"]
+    found: list[float | None] = []
+    for dataset in DATASETS:
+        try:
+            found.append(latest(records, f"{model} {allocator}", model=model, kind="ppl", target_ratio=ratio,
+                                allocator=allocator, compensate=compensate, windows=windows, criterion="obs",
+                                profiler="auto", dataset=dataset, **extra)["ppl"])
+        except LookupError:
+            found.append(None)
+    return tuple(found) if found[0] is not None else None
+
+
+def cells(values: tuple[float | None, ...], calib: str | None = None) -> str:
+    """'93.1 / 174.7 / —', the calibration text's own set marked with *."""
+    return " / ".join("—" if v is None else f"{v:.1f}" + ("*" if d == calib else "") for v, d in zip(values, DATASETS))
+
+
+# (model, what the ratio is of, windows of 128 tokens, ratios, calibration text)
+STUDIES = [("smollm2-135m", "model", 256, (0.25, 0.5), "wikitext2"), ("smollm2-135m", "model", 256, (0.25, 0.5), "c4"),
+           ("qwen2.5-coder-1.5b", "decoder", 64, (0.25, 0.5), "wikitext2")]
+
+
+def results(records: Records) -> str:
+    rows = ["| model | removed | calibrated on | GAP + lsq | best baseline + lsq | GAP's margin |",
+            "|---|---|---|---|---|---|"]
+    dense_of = {}
+    for model, of, windows, ratios, calib in STUDIES:
+        dense_of[model] = ppl_row(records["allocators"], model, 0.0, "dense", "none", windows, calib)
+        for ratio in ratios:
+            gap = ppl_row(records["allocators"], model, ratio, "gap", "lsq", windows, calib, ratio_of=of)
+            bases = {b: p for b in BASELINES if (p := ppl_row(records["allocators"], model, ratio, b, "lsq", windows,
+                                                             calib, ratio_of=of))}
+            if gap is None or not bases:
+                continue
+            name, best = min(bases.items(), key=lambda item: item[1][0])  # best by WikiText-2
+            margin = " / ".join("—" if g is None or b is None else f"{100 * (1 - g / b):.0f}%" for g, b in zip(gap, best))
+            rows.append(f"| {model} | {100 * ratio:.0f}% of the {of} | {calib} | **{cells(gap, calib)}** | "
+                        f"{cells(best, calib)} ({name}) | {margin} |")
+    dense = "; ".join(f"{m} {cells(d)}" for m, d in dense_of.items() if d)
+    return ("WikiText-2 / PTB / C4 perplexity, first windows of 128 tokens of each evaluation split (256 for "
+            f"SmolLM2-135M, 64 for Qwen2.5-Coder-1.5B; — not measured, * the calibration text's own set); dense: {dense}.\n\n"
+            + "\n".join(rows) + "\n")
+
+
+def recovery(records: Records) -> str:
+    tuned = [r for r in records["recovery"] if r.get("kind") == "methods" and r.get("model") == "smollm2-135m"
+             and r.get("method") == "distill-decoder:alpaca" and r.get("minutes") == 60 and r.get("windows") == 256]
+    starts = [r for r in records["recovery"] if r.get("kind") == "methods" and r.get("windows") == 256
+              and str(r.get("method")).startswith("none (starting point") and r.get("dataset") == "wikitext2"]
+    parts = []
+    for ratio in (0.25, 0.5):
+        wt2 = [r for r in tuned if r["ratio"] == ratio and r["dataset"] == "wikitext2"]
+        if not wt2:
+            continue
+        best = min(wt2, key=lambda r: r["ppl"])
+        ptb = latest(tuned, "its PTB perplexity", dataset="ptb", ratio=ratio, lr=best["lr"], train_s=best["train_s"])
+        start = latest(starts, "its starting point", ratio=ratio, pruned=best["pruned"])
+        parts.append(f"at {100 * ratio:.0f}%, WikiText-2 {start['ppl']:.1f} → **{best['ppl']:.1f}** (PTB after: "
+                     f"{ptb['ppl']:.1f}; learning rate {best['lr']:g}, from a folder pruned on {start['date']})")
+    return ("On SmolLM2-135M, 60 minutes of `--distill --params decoder` on Alpaca (two CPU cores) took it "
+            + "; ".join(parts) + " (`docs/results/recovery.json`).\n")
+
+
+BLOCKS: dict[str, Callable[[Records], str]] = {"main-job": main_job, "tests": tests, "hardware": hardware,
+                                               "main-job-output": main_job_output, "results": results,
+                                               "recovery": recovery}
+
+
+def render(text: str, records: Records) -> str:
+    """`text` with every rendered block written from `records`; an unknown block name is an error."""
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            raise KeyError(f"README block {name!r} has no renderer: one of {sorted(BLOCKS)}")
+        return match[1] + BLOCKS[name](records) + match[4]
+
+    return BLOCK.sub(block, text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 when the README is stale")
+    args = p.parse_args()
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    rendered = render(text, load_records())
+    if args.check:
+        sys.exit(0 if rendered == text else 1)
+    readme.write_text(rendered)
+
+
+if __name__ == "__main__":
+    main()
