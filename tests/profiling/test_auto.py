@@ -159,3 +159,9 @@ def test_a_coarser_grid_measures_only_its_columns():
     for layer in range(N_LAYERS):  # options between columns are interpolated in parameters removed
         assert table.loss["mlp"][layer, 3] == pytest.approx(np.interp(removed[3], removed[[2, 4]],
                                                                       table.loss["mlp"][layer, [2, 4]]))
+    # an interpolated option is as exact as the exact profiler's own interpolation: when both its columns are
+    for layer in range(N_LAYERS):
+        for k in (1, 3, 5, 7):  # off the mlp grid (0 removes nothing and is exact by definition)
+            assert table.exact["mlp"][layer, k] == (table.exact["mlp"][layer, k - 1] and table.exact["mlp"][layer, k + 1])
+    picks = solver(budget)(table)
+    assert table.chosen_exact(picks) == {"exact": 2 * N_LAYERS, "chosen": 2 * N_LAYERS}  # what the plan reads

@@ -236,6 +236,11 @@ class _State:
                     removed = out.removed[c][layer].astype(np.float64)
                     between = ~self.columns[c] & (lvl[layer] != EXACT)
                     out.loss[c][layer, between] = np.interp(removed[between], removed[cols], out.loss[c][layer, cols])
+                    # between two exact columns the value is the exact profiler's own interpolation: exact as that is
+                    ks = np.flatnonzero(between)
+                    right = np.minimum(np.searchsorted(cols, ks), cols.size - 1)
+                    left = np.maximum(right - 1, 0)
+                    out.exact[c][layer, ks] = (lvl[layer, cols[left]] == EXACT) & (lvl[layer, cols[right]] == EXACT)
         return out
 
     def _rescaled(self, c: str, source: np.ndarray) -> np.ndarray:
