@@ -250,6 +250,32 @@ def calibration_domain_section(records: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def protocols_section(records: list[dict], dense: list[dict]) -> list[str]:
+    """Whole test sets under the papers' protocols (`gapprune ppl --protocol`), dense from dense.json."""
+    records = [r for r in records if r.get("kind") == "protocol"]
+    if not records:
+        return []
+    columns = [("llm-pruner", "wikitext2", 128), ("llm-pruner", "ptb", 128), ("slicegpt", "wikitext2", 2048)]
+    whole = {(r["dataset"], r["seq_len"]): r["ppl"] for r in dense
+             if r.get("split") == "test" and r.get("windows") in (2382, 148, 826, 51)}
+    lines = ["## The papers' protocols: whole test sets", "",
+             ("`gapprune ppl MODEL --protocol llm-pruner` (LLM-Pruner, FLAP, SlimLLM: WikiText-2 and PTB test sets whole, "
+              "windows of 128 tokens) and `--protocol slicegpt` (SliceGPT, ShortGPT, SLEB: WikiText-2 test whole, windows "
+              f"of 2,048); `python benchmarks/protocols.py` (records in `protocols.json`, machine {records[0]['machine']}, "
+              f"{records[0]['date']}). Dense rows: the whole-set records of `dense.json` (2026-11-29). CLI defaults "
+              "(WikiText-2 calibration, obs, auto profiler, lsq)."), "",
+             "| model | removed | WikiText-2, 128 | PTB, 128 | WikiText-2, 2048 |", "|---|---|---|---|---|",
+             "| smollm2-135m | dense | " + " | ".join(f"{whole[(d, t)]:.2f}" if (d, t) in whole else "—"
+                                                   for _, d, t in columns) + " |"]
+    for key in dict.fromkeys((r["folder"], r.get("allocator"), r.get("target_ratio")) for r in records):
+        rows = {(r["protocol"], r["dataset"], r["seq_len"]): r["ppl"] for r in records
+                if (r["folder"], r.get("allocator"), r.get("target_ratio")) == key}
+        ratio = f"{key[1]} {100 * key[2]:.0f}% of the model" if key[2] else str(key[1])
+        lines.append(f"| {records[0]['model']} | {ratio} | " + " | ".join(
+            f"{rows[c]:.2f}" if c in rows else "—" for c in columns) + " |")
+    return lines + [""]
+
+
 def recovery_best_section(records: list[dict]) -> list[str]:
     ppl = [r for r in records if r.get("kind") == "methods" and r["method"].startswith("obs+sequential")
            and "lora" in r["method"]]
@@ -695,6 +721,7 @@ def main() -> None:
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
     lines += calibration_domain_section(load("allocators.json"))
+    lines += protocols_section(load("protocols.json"), load("dense.json"))
     lines += recovery_section(load("recovery.json"))
     lines += methods_section(load("recovery.json"))
     lines += recovery_best_section(load("recovery.json"))

@@ -69,7 +69,7 @@ def test_surgery_on_a_few_layers_keeps_perplexity_finite(smollm2, wikitext_windo
     adapter = get_adapter(model)
     before = sum(p.numel() for p in model.parameters())
     expected = adapter.component_params(3, "attn") - adapter.attn_option_params(3, 2, 2) \
-        + adapter.component_params(5, "mlp") // 2 + adapter.component_params(10, "mlp")
+        + adapter.component_params(5, "mlp") - adapter.mlp_option_params(5, 768) + adapter.component_params(10, "mlp")
     adapter.prune_attention_(3, [0, 1, 3, 4])  # 2 groups x 2 heads
     adapter.prune_mlp_(5, list(range(0, 1536, 2)))
     adapter.prune_mlp_(10, [])
