@@ -22,7 +22,7 @@ from datetime import date
 from pathlib import Path
 
 from budget_run import BudgetRun
-from common import machine
+from common import GAPPRUNE, machine
 
 from gapprune.budgets.budget import Budget, parse_size
 from gapprune.budgets.microbench import BenchSettings
@@ -49,7 +49,7 @@ def cli_budget() -> None:
     with tempfile.TemporaryDirectory(prefix="gapprune-cli-budget-") as folder:
         out, gguf = Path(folder) / "pruned", Path(folder) / "pruned.gguf"
         start = time.perf_counter()
-        subprocess.run([str(Path(sys.executable).with_name("gapprune")), *shlex.split(CLI), "--gguf", str(gguf),
+        subprocess.run([GAPPRUNE, *shlex.split(CLI), "--gguf", str(gguf),
                         "--out", str(out)], check=True)
         wall = time.perf_counter() - start
         budget = json.loads((out / "budget.json").read_text())

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 MODEL = "smollm2-135m"
+GAPPRUNE = str(Path(sys.executable).with_name("gapprune"))  # the CLI of this environment, run as a user runs it
 PROFILE = "runs/bench_profile"  # the dense exact profile the SmolLM2 studies reuse (written by the first)
 # Calibration: 32 windows x 128 tokens of WikiText-2 validation for statistics, the first 4 (512 tokens) for ΔL.
 CALIBRATION: dict[str, Any] = {"criterion": "activation", "metric": "kl", "calib": "wikitext2", "calib_split": "validation",

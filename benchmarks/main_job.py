@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ResultLog, parser
+from common import GAPPRUNE, ResultLog, parser
 from readme import MAIN_JOB
-
-GAPPRUNE = str(Path(sys.executable).with_name("gapprune"))
 
 
 def prefill_ms() -> float:

@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ResultLog, parser
-
-GAPPRUNE = str(Path(sys.executable).with_name("gapprune"))
+from common import GAPPRUNE, ResultLog, parser
 
 
 def plan_label(model: str) -> dict:
