@@ -301,7 +301,7 @@ def families(a: Any, b: Bench) -> Iterator[Run]:
 
 def exact_check(a: Any, b: Bench, ratios: list[float]) -> None:
     """Auto's GAP plans against the exact table's: summed exact ΔL of each."""
-    from gapprune.profiling.tables import measure_table
+    from gapprune.profiling.profilers import measure_table
 
     config = replace(b.base, ratio=ratios[-1])
     auto = b.plan(config)[1]

@@ -30,7 +30,7 @@ def measure(vocab: int, hidden: int, rows: int, chunk_rows: int, threads: int) -
 
     import torch
 
-    from gapprune.profiling.head import make_head_reference, metric_sums, rows_per_chunk
+    from gapprune.engine.head import make_head_reference, metric_sums, rows_per_chunk
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

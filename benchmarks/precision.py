@@ -54,9 +54,10 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu", model: st
 
     from gapprune.api import load
     from gapprune.config import PruneConfig
+    from gapprune.engine.head import dense_reference
+    from gapprune.engine.replay import dense_base, measure_entries
     from gapprune.pipeline import Profile, calibrate
-    from gapprune.profiling.batched import dense_base, measure_entries
-    from gapprune.profiling.head import dense_reference
+    from gapprune.profiling.loss_table import units_of
     from gapprune.prune.plan import Plan
 
     reference_folder = folders["float32"]
@@ -82,8 +83,9 @@ def summed_exact_losses(folders: dict[str, Path], device: str = "cpu", model: st
         adapter, inputs = calibration.adapter, calibration.profile_inputs
         reference = dense_reference(adapter, inputs, config.metric, torch.device(device))
         base = dense_base(adapter, inputs, reference, config.metric, torch.device(device))
-        measured = measure_entries(adapter, inputs, profile.scores, table.options,
+        measured = measure_entries(adapter, inputs,
                                    {layer: {c: sorted(set(ks)) for c, ks in per.items()} for layer, per in missing.items()},
+                                   units_of(adapter, profile.scores, table.options),
                                    metric=config.metric, reference=reference, base=base)
         for layer, per in measured.items():
             for c, values in per.items():

@@ -27,15 +27,16 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gapprune.calibrate.capture import move_kwargs, run_layer
 from gapprune.config import PruneConfig
+from gapprune.engine.capture import move_kwargs, run_layer
+from gapprune.engine.head import dense_reference
+from gapprune.engine.replay import replay_metric
 from gapprune.evaluate.timing import median_seconds, synchronize
 from gapprune.options import default_channel_step
 from gapprune.pipeline import calibrate_on
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.profiling.head import dense_reference
-from gapprune.profiling.loss_table import option_grid, replay_metric
+from gapprune.profiling.loss_table import option_grid
 
 
 def main() -> None:

@@ -41,14 +41,14 @@ from common import CALIBRATION, ResultLog, Window, bench_config, perplexity
 
 from gapprune.allocate import LayerSignals, LossTable
 from gapprune.api import load, pruned_copy
-from gapprune.calibrate.capture import move_kwargs, run_layer
+from gapprune.engine.capture import move_kwargs, run_layer
+from gapprune.engine.head import dense_reference, logsumexp_logits
 from gapprune.evaluate.timing import median_seconds, synchronize
 from gapprune.models import COMPONENTS
 from gapprune.options import default_channel_step
 from gapprune.pipeline import Profile, allocate, calibrate_on, calibration_ids, plan_for
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import build_loss_table_fisher, rank_correlation
-from gapprune.profiling.head import dense_reference, logsumexp_logits
 from gapprune.profiling.loss_table import build_loss_table
 
 BATCH = CALIBRATION["batch_size"]  # windows per forward pass: 512 tokens
@@ -176,8 +176,10 @@ def timing(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
 @torch.inference_mode()
 def layers(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     """Reference vs batched exact profiler on a few start layers, same options, same tokens, in turn."""
+    from gapprune.engine.masks import masked_units
+    from gapprune.engine.replay import replay_metric
     from gapprune.options import kept_units
-    from gapprune.profiling.loss_table import masked_units, option_grid, replay_metric
+    from gapprune.profiling.loss_table import option_grid
 
     tokens = args.tokens[0]
     study = Study(args, tokens // SEQ_LEN)

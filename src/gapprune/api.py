@@ -16,11 +16,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from gapprune.allocate.base import check_ratio_reachable
 from gapprune.budget import Budget
 from gapprune.budgets.table import RuntimeCosts
-from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
 from gapprune.config import PruneConfig
 from gapprune.distributed import is_main
+from gapprune.engine.capture import LayerInputs
 from gapprune.evaluate.plan_check import PlanCheck
 from gapprune.export.save import save, write_atomically
 from gapprune.models import ModelAdapter, get_adapter

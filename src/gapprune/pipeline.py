@@ -22,9 +22,9 @@ from gapprune.allocate.table import LossTable
 from gapprune.budget import Budget
 from gapprune.budgets.budget import allocate_budget
 from gapprune.budgets.table import RuntimeCosts
-from gapprune.calibrate import LayerInputs
 from gapprune.calibrate.gram import GramStats
 from gapprune.config import PruneConfig
+from gapprune.engine.capture import LayerInputs
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.phases import timed
 from gapprune.profiling.calibration import Calibration, calibrate, calibrate_on, calibration_ids

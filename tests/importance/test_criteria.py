@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
 from gapprune.calibrate.gram import GramStats, gram_hooks
+from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
 from gapprune.models.modeling_gapprune import attention_of

@@ -8,8 +8,9 @@ import weakref
 
 import torch
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs
+from gapprune.calibrate import CalibrationStats
 from gapprune.calibrate.gram import LayerGrams
+from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext
 from gapprune.importance.obs import damped_inverse, obs, obs_order
 from gapprune.models import get_adapter

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gapprune.engine.masks import masked_units
 from gapprune.models import COMPONENTS, get_adapter
-from gapprune.profiling import masked_units
 
 
 def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

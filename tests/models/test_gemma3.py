@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+from gapprune.engine.masks import masked_units
 from gapprune.models import get_adapter
 from gapprune.options import attention_options
-from gapprune.profiling import masked_units
 from tests.conftest import tiny_gemma3
 
 

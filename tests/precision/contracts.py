@@ -10,13 +10,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.engine.capture import capture_layer_inputs
+from gapprune.engine.masks import masked_units
 from gapprune.export import save
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
 from gapprune.models.loading import load_model
 from gapprune.pipeline import prune_model_
-from gapprune.profiling import masked_units
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.loss_table import build_loss_table
 from gapprune.prune import Plan

@@ -146,7 +146,8 @@ def test_a_dequantized_gguf_loads_in_bf16_from_a_bf16_copy_made_once(tmp_path):
 def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measures():
     """The cache keeps bf16 activations in bf16 (half the bytes); every replay casts to the weights'
     dtype, so the table is the same, bit for bit, as from the same numbers held in float32."""
-    from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+    from gapprune.calibrate import CalibrationStats, stats_hooks
+    from gapprune.engine.capture import LayerInputs, capture_layer_inputs
     from gapprune.importance import ScoringContext, score_units
     from gapprune.models import get_adapter
     from gapprune.profiling.batched import build_loss_table_batched

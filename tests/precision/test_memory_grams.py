@@ -13,9 +13,10 @@ import json
 
 import torch
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
 from gapprune.calibrate.gram import GramStats, LayerGrams, gram_hooks
 from gapprune.cli import main
+from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
 from gapprune.prune.compensate import prune_and_compensate_

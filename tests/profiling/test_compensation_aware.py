@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from gapprune.engine.head import dense_reference
+from gapprune.engine.metrics import METRICS
+from gapprune.engine.replay import dense_base, replay_stacked
 from gapprune.models import get_adapter
 from gapprune.options import kept_units
-from gapprune.profiling.batched import dense_base, replay_stacked
-from gapprune.profiling.head import dense_reference
-from gapprune.profiling.metrics import METRICS
 from gapprune.prune.compensate import prune_component_and_compensate_
 from tests.helpers import tiny_run
 

@@ -7,10 +7,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.engine.capture import capture_layer_inputs
+from gapprune.engine.head import dense_reference
+from gapprune.engine.masks import masked_units, stack_kwargs
+from gapprune.engine.replay import replay_metric
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
-from gapprune.profiling.batched import build_loss_table_batched, stack_kwargs
+from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.fisher import (
     build_loss_table_fisher,
     fisher_delta,
@@ -18,8 +22,7 @@ from gapprune.profiling.fisher import (
     rank_correlation,
     spearman,
 )
-from gapprune.profiling.head import dense_reference
-from gapprune.profiling.loss_table import build_loss_table, masked_units, replay_metric
+from gapprune.profiling.loss_table import build_loss_table
 
 
 def _profile_parts(model: torch.nn.Module, ids: torch.Tensor, batch_size: int = 2):

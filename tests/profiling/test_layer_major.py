@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gapprune.calibrate import CalibrationStats, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
 from gapprune.profiling.batched import build_loss_table_batched
@@ -41,7 +42,7 @@ def test_layer_major_gives_the_batched_table(tiny_model, metric):
 
 
 def test_pending_states_in_a_scratch_file_and_a_subset_of_layers(llama, tmp_path, monkeypatch):
-    from gapprune.profiling import layer_major
+    from gapprune.engine import layer_major
 
     scratch_files = []
     mkstemp = layer_major.tempfile.mkstemp

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gapprune.profiling import head as head_module
-from gapprune.profiling.head import make_head_reference, metric_sums, rows_per_chunk
-from gapprune.profiling.metrics import METRICS, Metric
+from gapprune.engine import head as head_module
+from gapprune.engine.head import make_head_reference, metric_sums, rows_per_chunk
+from gapprune.engine.metrics import METRICS, Metric
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -57,7 +57,7 @@ def test_metrics_register_once_and_say_how_to_estimate_them():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_half_precision_head_is_pulled_back_block_by_block_as_a_whole_float32_cast_would(dtype):
-    from gapprune.profiling.head import pull_back
+    from gapprune.engine.head import pull_back
 
     g = torch.Generator().manual_seed(0)
     q = torch.softmax(torch.randn(6, 50, generator=g), dim=-1)
@@ -83,7 +83,7 @@ def test_the_dense_reference_keeps_no_autograd_graph(metric):
 @pytest.mark.parametrize("chunk_rows", [0, 3, 40])
 def test_the_tiled_logsumexp_equals_the_whole_logits_one(monkeypatch, bias, chunk_rows):
     """Tiles of rows x a slice of the vocabulary, combined by one more lse: the full-logit value."""
-    from gapprune.profiling.head import logsumexp_logits
+    from gapprune.engine.head import logsumexp_logits
 
     monkeypatch.setattr(head_module, "LOGIT_CHUNK_ELEMENTS", 60)  # 0 -> 29 rows x 2 tokens: 25 slices of 50
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
-"""Calibration: one dense pass that caches layer inputs and streams channel statistics."""
+"""Calibration statistics: per-channel moments and Gram matrices streamed from the dense pass
+(`engine.capture`) or from per-layer replays."""
 
-from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs, run_layer
 from gapprune.calibrate.stats import CalibrationStats, ChannelStats, stats_hooks
 
-__all__ = ["CalibrationStats", "ChannelStats", "LayerInputs", "capture_layer_inputs", "run_layer", "stats_hooks"]
+__all__ = ["CalibrationStats", "ChannelStats", "stats_hooks"]

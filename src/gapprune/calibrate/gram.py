@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
 from gapprune.config import TOKEN_ROWS_FACTOR
 from gapprune.models.adapter import ModelAdapter

@@ -16,14 +16,14 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from gapprune.engine.masks import option_masks
+from gapprune.engine.metrics import METRICS
 from gapprune.models import get_adapter
-from gapprune.profiling.batched import option_masks
-from gapprune.profiling.metrics import METRICS
 from gapprune.prune.plan import Plan
 
 
 def _metric_sum(metric: str, dense: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
-    """Σ over one window's positions of const + lse(z) − q·z (`profiling/metrics.py`), and the position count."""
+    """Σ over one window's positions of const + lse(z) − q·z (`engine/metrics.py`), and the position count."""
     spec = METRICS.get(metric)
     positions = ids.shape[0] - spec.shift
     q, const = spec.target(dense[:positions].float(), ids[1 : positions + 1] if spec.shift else None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from gapprune.calibrate.capture import batches
 from gapprune.components import COMPONENTS
+from gapprune.engine.capture import batches
 from gapprune.models.adapter import ModelAdapter
 
 

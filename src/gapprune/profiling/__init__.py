@@ -1,7 +1,6 @@
-"""Capability-loss profiling. To add a metric, register `fn(logits, batch, reference) -> sum`
-with `@METRICS.register("name")` in `metrics.py`."""
+"""Capability-loss profiling: the loss table ΔL, measured by the profilers registered in
+`profilers.py`, each a client of the replay engine (`gapprune.engine`)."""
 
-from gapprune.profiling.loss_table import LossTable, build_loss_table, masked_units
-from gapprune.profiling.metrics import METRICS
+from gapprune.profiling.loss_table import LossTable, build_loss_table
 
-__all__ = ["METRICS", "LossTable", "build_loss_table", "masked_units"]
+__all__ = ["LossTable", "build_loss_table"]

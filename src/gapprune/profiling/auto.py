@@ -34,9 +34,8 @@ from tqdm.auto import tqdm
 
 from gapprune.allocate.table import LossTable
 from gapprune.components import COMPONENTS
+from gapprune.engine.replay import Entries, Measured
 
-Entries = dict[int, dict[str, list[int]]]  # layer -> component -> option indices to measure
-Measured = dict[int, dict[str, dict[int, float]]]  # layer -> component -> option index -> ΔL
 Measure = Callable[[Entries], Measured]
 Solve = Callable[[LossTable], dict[str, list[int]]]  # working table -> option index per component and layer
 
@@ -62,8 +61,8 @@ def auto_table(
         estimate: the cheap table (any profiler; `exact[c]` True where already exact, e.g. a table
             returned by an earlier call). Options with nothing removed are exactly 0 and never measured.
         measure: exact ΔL of the listed entries, `{layer: {component: [k, ...]}}` ->
-            `{layer: {component: {k: ΔL}}}`: the signature of `profiling.batched.measure_entries` with
-            the adapter, inputs, scores and options bound. Called once per round with every
+            `{layer: {component: {k: ΔL}}}`: `engine.replay.measure_entries` with the adapter, inputs
+            and the options' kept units bound. Called once per round with every
             candidate, so one call per layer replays all of its options together.
         solve: the allocation, working table -> `{component: [k per layer]}` (e.g.
             `lambda t: ALLOCATORS.get("gap")(t, None, budget_params).choice`).

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from gapprune.calibrate import CalibrationStats, LayerInputs, capture_layer_inputs, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_hooks
 from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import (
@@ -24,6 +24,7 @@ from gapprune.data import (
     split_for,
     tokenize_text,
 )
+from gapprune.engine.capture import LayerInputs, capture_layer_inputs
 from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.phases import timed

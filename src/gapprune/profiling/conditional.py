@@ -14,15 +14,16 @@ import torch
 from tqdm.auto import tqdm
 
 from gapprune.allocate.table import LossTable
-from gapprune.calibrate.capture import LayerInputs, capture_layer_inputs
 from gapprune.components import COMPONENTS
+from gapprune.engine.capture import LayerInputs, capture_layer_inputs
+from gapprune.engine.head import dense_reference
+from gapprune.engine.masks import UnitMasks
+from gapprune.engine.replay import Entries, Measured, measure_entries, replay_stacked
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
-from gapprune.profiling.auto import Entries, Measured, Solve, auto_table
-from gapprune.profiling.batched import measure_entries, replay_stacked
-from gapprune.profiling.head import dense_reference
-from gapprune.profiling.loss_table import UnitMasks, measured_options
+from gapprune.profiling.auto import Solve, auto_table
+from gapprune.profiling.loss_table import measured_options, units_of
 
 Choice = dict[str, list[int]]  # component -> option index per layer
 
@@ -44,7 +45,7 @@ def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, ta
     positions = sum(reference.metric.positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
 
     def replay() -> float:
-        return float(replay_stacked(adapter, inputs, 0, COMPONENTS[0], [None], reference, device, chunk_rows)[0])
+        return float(replay_stacked(adapter, inputs, 0, None, [None], reference, device, chunk_rows)[0])
 
     dense = replay()
     with UnitMasks(adapter) as masks:
@@ -82,7 +83,7 @@ def conditional_loss_table(
             for layer, per in entries.items():
                 for c, options in per.items():
                     masks.set_(layer, c, None)
-                    row = measure_entries(adapter, planned, scores, table.options, {layer: {c: options}},
+                    row = measure_entries(adapter, planned, {layer: {c: options}}, units_of(adapter, scores, table.options),
                                           metric=table.metric, reference=reference, progress=False)[layer][c]
                     masks.set_(layer, c, planned_kept[(layer, c)])
                     out.setdefault(layer, {})[c] = row

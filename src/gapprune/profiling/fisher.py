@@ -16,33 +16,24 @@ independent, as the knapsack assumes anyway.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 from tqdm.auto import tqdm
 
-from gapprune.calibrate.capture import batches
 from gapprune.components import COMPONENTS
+from gapprune.engine.capture import batches
+from gapprune.engine.masks import scaled_inputs
+from gapprune.engine.metrics import METRICS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
 from gapprune.profiling.loss_table import LossTable, option_grid
-from gapprune.profiling.metrics import METRICS
 
 LABELS = ("model", "data")
-
-
-def _mask_hook(mask: torch.Tensor, unit: int) -> Callable[[nn.Module, tuple[Any, ...]], tuple[Any, ...]]:
-    def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        scale = mask.repeat_interleave(unit, dim=1).unsqueeze(1).to(args[0].dtype)  # (B, 1, in)
-        return (args[0] * scale, *args[1:])
-
-    return hook
 
 
 def per_sample_loss(logits: torch.Tensor, input_ids: torch.Tensor, labels: str, generator: torch.Generator) -> torch.Tensor:
@@ -72,23 +63,20 @@ def mask_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, *, batch_size
     try:
         for batch in tqdm(list(batches(input_ids, batch_size)), desc=f"fisher ({labels} labels)", disable=not progress):
             batch = batch.to(device)
-            masks, handles = {}, []
-            for layer in range(adapter.n_layers):
-                for c in COMPONENTS:
-                    out = adapter.out_proj(layer, c)
-                    if out is None:
-                        continue
-                    unit = adapter.unit_width(c)
-                    mask = torch.ones(batch.shape[0], out.in_features // unit, device=device, requires_grad=True)
-                    masks[(layer, c)] = mask
-                    handles.append(out.register_forward_pre_hook(_mask_hook(mask, unit)))
-            try:
+            masks: dict[tuple[int, str], torch.Tensor] = {}
+            with contextlib.ExitStack() as scaled:
+                for layer in range(adapter.n_layers):
+                    for c in COMPONENTS:
+                        out = adapter.out_proj(layer, c)
+                        if out is None:
+                            continue
+                        unit = adapter.unit_width(c)
+                        mask = torch.ones(batch.shape[0], out.in_features // unit, device=device, requires_grad=True)
+                        masks[(layer, c)] = mask
+                        scaled.enter_context(scaled_inputs(out, mask.repeat_interleave(unit, dim=1)))
                 with torch.enable_grad():
                     logits = model(input_ids=batch, use_cache=False).logits
                     per_sample_loss(logits, batch, labels, generator).sum().backward()
-            finally:
-                for handle in handles:
-                    handle.remove()
             for key, mask in masks.items():
                 assert mask.grad is not None
                 grads.setdefault(key, []).append(mask.grad.detach().double().cpu())

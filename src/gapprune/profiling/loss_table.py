@@ -1,31 +1,31 @@
-"""The capability-loss table ΔL[layer, component, option] (DESIGN §3).
+"""The capability-loss table ΔL[layer, component, option] (DESIGN §3): its option grid, and the
+reference profiler that measures it one option at a time.
 
 ΔL is the change of a global metric when only one component of one layer is pruned to one option.
-Only layers l...L change, so each entry replays them from the cached inputs of layer l. A unit is
-"removed" by zeroing its columns of the output projection: that equals physical removal exactly
-(tested), and lets one copy of the model serve every option.
+Only layers l...L change, so each entry replays them from the cached inputs of layer l (the
+engine). A unit is "removed" by zeroing its columns of the output projection (`engine.masks`):
+that equals physical removal exactly (tested), and lets one copy of the model serve every option.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Self
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from gapprune.allocate.table import LossTable
-from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
+from gapprune.engine.capture import LayerInputs
+from gapprune.engine.head import dense_reference
+from gapprune.engine.masks import masked_units
+from gapprune.engine.metrics import METRICS
+from gapprune.engine.replay import KeptUnits, replay_metric
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import attention_options, kept_units, mlp_options, option_params
-from gapprune.profiling.head import HeadReference, dense_reference, metric_sums
-from gapprune.profiling.metrics import METRICS
 
 
 def component_options(adapter: ModelAdapter, layer: int, channel_step: int) -> dict[str, list[list[int]]]:
@@ -45,76 +45,13 @@ def measured_options(n_options: int, stride: int) -> list[int]:
     return picked if picked[-1] == n_options - 1 else picked + [n_options - 1]
 
 
-class UnitMasks:
-    """Zeroes the output-projection columns of removed units, per (layer, component).
+def units_of(adapter: ModelAdapter, scores: UnitScores, options: dict[str, list[list[int]]]) -> KeptUnits:
+    """The engine's view of an option: (layer, component, option index) -> the units it keeps."""
 
-    Setting a component again starts from its original weights, so masks never compound; `restore_`
-    (or leaving the `with` block) puts every original weight back.
-    """
+    def kept(layer: int, component: str, k: int) -> list[int]:
+        return kept_units(scores, adapter, layer, component, options[component][k])
 
-    def __init__(self, adapter: ModelAdapter) -> None:
-        self.adapter = adapter
-        self._saved: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor | None]] = {}
-
-    def set_(self, layer: int, component: str, kept: list[int] | None) -> None:
-        """Keep only units `kept` of the component (None or all ids: dense)."""
-        out = self.adapter.out_proj(layer, component)
-        assert out is not None
-        unit = self.adapter.unit_width(component)
-        n_units = out.in_features // unit
-        key = (layer, component)
-        if key in self._saved:
-            weight, bias = self._saved[key]
-            out.weight.data.copy_(weight)
-            if bias is not None:
-                out.bias.data.copy_(bias)
-        if kept is None or len(kept) == n_units:
-            return
-        if key not in self._saved:
-            self._saved[key] = (out.weight.data.clone(), out.bias.data.clone() if out.bias is not None else None)
-        mask = torch.zeros(n_units, dtype=out.weight.dtype, device=out.weight.device)
-        mask[kept] = 1
-        out.weight.data.mul_(mask.repeat_interleave(unit))  # (hidden, in) * (in,)
-        if out.bias is not None and not kept:
-            out.bias.data.zero_()
-
-    def restore_(self) -> None:
-        for layer, component in list(self._saved):
-            self.set_(layer, component, None)
-        self._saved.clear()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.restore_()
-
-
-@contextmanager
-def masked_units(adapter: ModelAdapter, layer: int, component: str, kept: list[int]) -> Iterator[None]:
-    """Temporarily zero the output-projection columns of every unit not in `kept`."""
-    with UnitMasks(adapter) as masks:
-        masks.set_(layer, component, kept)
-        yield
-
-
-
-def replay_metric(
-    adapter: ModelAdapter, inputs: LayerInputs, start: int, metric: str, reference: HeadReference, device: torch.device
-) -> float:
-    """Mean metric per position when layers start...L run, one batch at a time, on the cached input of `start`."""
-    if reference.metric.name != metric:
-        raise ValueError(f"the reference was made for metric {reference.metric.name!r}, not {metric!r}")
-    norm, head = adapter.final_norm(), adapter.lm_head()
-    total, positions = 0.0, 0
-    for b in range(inputs.n_batches):
-        hidden = inputs.hidden[start][b].to(device, next(adapter.model.parameters()).dtype)
-        for layer in range(start, adapter.n_layers):
-            kwargs = move_kwargs(inputs.kwargs[layer][b], device)
-            hidden = run_layer(adapter.layers[layer], hidden, kwargs)
-        total += float(metric_sums(norm, head, hidden, b, reference, copies=1)[0])
-        positions += reference.metric.positions(hidden.shape[0], hidden.shape[1])
-    return total / positions
+    return kept
 
 
 @dataclass

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 from gapprune.allocate.signals import LayerSignals
-from gapprune.calibrate.capture import LayerInputs
 from gapprune.calibrate.stats import CalibrationStats
 from gapprune.components import COMPONENTS
+from gapprune.engine.capture import LayerInputs
 from gapprune.importance.base import UnitScores, row_blocks
 from gapprune.models.adapter import ModelAdapter
 

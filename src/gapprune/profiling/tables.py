@@ -1,5 +1,6 @@
-"""Which loss table, measured how: the profiler choice, per-layer checkpoints, torchrun ranks, and
-the auto profiler's screen and exact rounds. Reads a live `Calibration`; returns a `LossTable`."""
+"""How each profiler measures its loss table from a live `Calibration` (the functions the registry in
+`profilers.py` carries): per-layer checkpoints, torchrun ranks, and the auto profiler's screen and
+exact rounds."""
 
 from __future__ import annotations
 
@@ -10,26 +11,19 @@ from typing import TYPE_CHECKING
 from gapprune.allocate import LossTable
 from gapprune.config import TABLE_SETTINGS, PruneConfig
 from gapprune.distributed import gather_table, rank, shard_layers, world_size
+from gapprune.engine.head import dense_reference
+from gapprune.engine.masks import Compensated
+from gapprune.engine.replay import Compensation, Entries, Measured, dense_base, measure_entries
 from gapprune.models import ModelAdapter
 from gapprune.models.loading import default_cache_dir
 from gapprune.models.streaming import is_streamed
 from gapprune.options import default_channel_step
-from gapprune.profiling import build_loss_table
 from gapprune.profiling.auto import Solve, auto_table
-from gapprune.profiling.batched import (
-    Compensated,
-    Compensation,
-    Entries,
-    Measured,
-    build_loss_table_batched,
-    dense_base,
-    measure_entries,
-)
+from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.checkpoint import EntryCheckpoint, LayerCheckpoint, run_key
 from gapprune.profiling.fisher import build_loss_table_fisher
-from gapprune.profiling.head import dense_reference
 from gapprune.profiling.layer_major import build_loss_table_layer_major
-from gapprune.profiling.loss_table import calibration_tokens, option_grid
+from gapprune.profiling.loss_table import build_loss_table, calibration_tokens, option_grid, units_of
 from gapprune.refit import compensated_projection
 
 if TYPE_CHECKING:
@@ -58,33 +52,45 @@ def needs_loss_table(config: PruneConfig) -> bool:
     return config.allocator == "gap"
 
 
-def measure_table(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                  solve: Solve | None = None) -> LossTable:
-    """The loss table by the configured profiler; exact rows are checkpointed per layer and resumed.
+def costs_only(calibration: Calibration, config: PruneConfig) -> LossTable:
+    """The options' parameter costs with ΔL left at 0: all a baseline allocator reads."""
+    return build_loss_table(calibration.adapter, calibration.profile_inputs, calibration.unit_scores,
+                            channel_step=step_of(calibration.adapter, config), measure=False)
 
-    `auto` completes the table for `solve` (a budget's plan of a table); without one it stops at the
-    estimate, and `complete_table` finishes it for a budget later.
-    """
+
+def measure_fisher(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                   solve: Solve | None = None) -> LossTable:
+    """`fisher`: a second-order estimate from gradients of every layer at once, no replay."""
+    adapter = calibration.adapter
+    return build_loss_table_fisher(adapter, calibration.ids, calibration.unit_scores, metric=config.metric,
+                                   channel_step=step_of(adapter, config), batch_size=config.batch_size, seed=config.seed)
+
+
+def measure_auto(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                 solve: Solve | None = None) -> LossTable:
+    """`auto`: the screen, then exact replays of what can change `solve`'s plan (`complete_table`);
+    without `solve` it stops at the estimate, and `complete_table` finishes it for a budget later."""
+    if is_streamed(calibration.adapter.model):  # a replay of a streamed model reads every later layer from disk again
+        log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
+        return measure_exact(calibration, config, checkpoint_dir, solve)
+    checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
+    saved = checkpoint.load_screen()
+    if saved is not None:
+        log.info("resuming the auto profiler from its saved screen")
+    estimate = LossTable.from_dict(saved) if saved is not None else screen_table(calibration, config)
+    checkpoint.save_screen(estimate.to_dict())
+    if solve is None:
+        checkpoint.clear()
+        return estimate
+    return complete_table(calibration, estimate, config, solve, checkpoint_dir)
+
+
+def measure_exact(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                  solve: Solve | None = None) -> LossTable:
+    """`exact`: every option replayed; rows checkpointed per layer and resumed, start layers split
+    over torchrun ranks, a streamed model traversed once layer-major."""
     adapter, scores = calibration.adapter, calibration.unit_scores
     step = step_of(adapter, config)
-    if not needs_loss_table(config):
-        return build_loss_table(adapter, calibration.profile_inputs, scores, channel_step=step, measure=False)
-    if config.profiler == "fisher":
-        return build_loss_table_fisher(adapter, calibration.ids, scores, metric=config.metric, channel_step=step,
-                                       batch_size=config.batch_size, seed=config.seed)
-    if config.profiler == "auto" and not is_streamed(adapter.model):
-        checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
-        saved = checkpoint.load_screen()
-        if saved is not None:
-            log.info("resuming the auto profiler from its saved screen")
-        estimate = LossTable.from_dict(saved) if saved is not None else screen_table(calibration, config)
-        checkpoint.save_screen(estimate.to_dict())
-        if solve is None:
-            checkpoint.clear()
-            return estimate
-        return complete_table(calibration, estimate, config, solve, checkpoint_dir)
-    if config.profiler == "auto":  # a replay of a streamed model reads every later layer from disk again
-        log.info("auto profiler on a streamed model: measuring the whole exact table, one pass over the weights")
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS),
                    "profile_tokens": calibration_tokens(calibration.profile_inputs)})
     layer_checkpoint = LayerCheckpoint(checkpoint_dir or default_cache_dir() / "tables", key)
@@ -195,7 +201,8 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
                 for layer, per in entries.items()}
         todo = {layer: {c: ks for c, ks in per.items() if ks} for layer, per in todo.items()}
         todo = {layer: per for layer, per in todo.items() if per}
-        fresh = measure_entries(adapter, inputs, scores, table.options, todo, metric=config.metric, reference=reference,
+        fresh = measure_entries(adapter, inputs, todo, units_of(adapter, scores, table.options), metric=config.metric,
+                                reference=reference,
                                 base=base, desc="auto: exact replays this round",
                                 compensation=compensation) if todo else {}
         if fresh:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from gapprune.calibrate.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.calibrate.gram import GramStats, gram_hook, tokens_per_half
 from gapprune.components import COMPONENTS
 from gapprune.config import LSQ_ROWS_FACTOR

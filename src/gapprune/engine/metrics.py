@@ -9,7 +9,7 @@ kl: q = the dense next-token distribution p, const = Σ p log p (so M = KL(p‖s
 nll: q = one-hot of the text's next token, const = 0, and the last position has no target.
 
 Since q·z = n·(Wᵀq) + q·b, the dense side caches only a hidden-sized vector and a scalar per
-position (`profiling/head.py`), and every profiler (reference, batched, layer-major, conditional)
+position (`engine/head.py`), and every profiler (reference, batched, layer-major, conditional)
 evaluates this one definition. A new metric registers a `Metric` here; if it is not of this form
 it cannot be profiled, and the registry is the place that says so.
 """

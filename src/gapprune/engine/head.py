@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gapprune.calibrate.capture import LayerInputs
+from gapprune.engine.capture import LayerInputs
+from gapprune.engine.metrics import METRICS, Metric
 from gapprune.models.adapter import ModelAdapter
-from gapprune.profiling.metrics import METRICS, Metric
 
 
 @dataclass
