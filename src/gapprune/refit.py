@@ -141,15 +141,16 @@ def refit(dense: torch.Tensor, cols: list[int], stats: GramStats, key: tuple[int
           ridge: float = 1.0) -> Refit:
     """The `lsq` or `bias` compensation of a projection that keeps the dense input columns `cols`."""
     stats.ensure(key[0])
-    dense = dense.detach().cpu()  # the Grams live on the CPU; solves run there in float32, results cast back
-    kept = torch.tensor(cols, dtype=torch.long)
+    held_out = stats.held_out[key]
+    dense = dense.detach().to(held_out.device)  # solves run where the Grams are (`solve_device`), in float32
+    kept = torch.tensor(cols, dtype=torch.long, device=dense.device)
     before = removal_error(dense, kept, stats.held_out[key])
     if method == "lsq":
         weight, shift = lsq_affine(dense, stats, key, kept, ridge)
         after = refit_error(dense, kept, weight, shift, stats.held_out[key], stats.sums[key][1], stats.counts[key][1])
         return Refit(weight, shift, before, after)
     if method == "bias":  # the removed channels' mean contribution, fitted on one half, checked on the other
-        removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)), dtype=torch.long)
+        removed = torch.tensor(sorted(set(range(dense.shape[1])) - set(cols)), dtype=torch.long, device=dense.device)
         w_removed = dense.double()[:, removed]  # (out, |R|)
         shift = w_removed @ stats.fit_mean(key)[removed]  # (out,)
         held_sum = w_removed @ stats.sums[key][1][removed]  # Σ over held-out tokens of W_R x_R

@@ -14,6 +14,11 @@ When a half sees few tokens against the projection's width (t ≤ n / 16, `TOKEN
 wide MLP with little calibration data), the Gram is held as its
 rows X (t × n, `TokenGram`) instead of XᵀX (n × n): the solves that read it (obs, lsq) then work
 in the t-dimensional token space (Woodbury), and memory is t·n, not n².
+
+The matrices are accumulated where the activations are. On a GPU they stay there when it can also
+hold the solves that read them (`solve_device`): OBS and the lsq re-fit then run on the GPU, in
+float32 as on the CPU, and the host's cores are not the wait of a 7B prune. The CPU is the
+fallback when the GPU's free memory is short.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.components import COMPONENTS
 from gapprune.config import TOKEN_ROWS_FACTOR
+from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.models.adapter import ModelAdapter
 
 
@@ -54,11 +59,30 @@ class TokenGram:
     def to(self, device: str | torch.device) -> TokenGram:
         return TokenGram(self.n, [self.rows.to(device)])
 
+    @property
+    def device(self) -> torch.device:
+        return self.rows.device
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.nbytes for part in self.parts)
+
     def __add__(self, other: TokenGram) -> TokenGram:
         return TokenGram(self.n, [torch.cat([self.rows, other.rows])])
 
 
 Gram = torch.Tensor | TokenGram  # (n, n) XᵀX, or its rows
+
+SOLVE_HEADROOM = 4  # a solve holds about this many times its Grams' bytes (OBS: the inverse, updates, the weight)
+
+
+def solve_device(device: torch.device, nbytes: int) -> torch.device:
+    """Where solves on Grams of `nbytes`, accumulated on `device`, run: a GPU when its free memory
+    holds them `SOLVE_HEADROOM` times over, else the CPU."""
+    if device.type != "cuda":
+        return torch.device("cpu")
+    free, _ = torch.cuda.mem_get_info(device)
+    return device if free >= SOLVE_HEADROOM * nbytes else torch.device("cpu")
 
 
 def quadratic(d: torch.Tensor, gram: Gram) -> torch.Tensor:
@@ -96,13 +120,19 @@ class GramStats:
         return GramStats(fit=self.held_out, held_out=self.fit, sums={k: v[::-1] for k, v in self.sums.items()},
                          counts={k: v[::-1] for k, v in self.counts.items()}, batches=dict(self.batches))
 
-    def to_cpu_(self) -> None:
-        """Move accumulated matrices to the CPU, where the solves run (in place: views share the dicts)."""
+    def settle_(self) -> None:
+        """Put the accumulated matrices where their solves run (`solve_device`): left on a GPU that can
+        hold them, else moved to the CPU (in place: views share the dicts)."""
+        grams = [*self.fit.values(), *self.held_out.values()]
+        if not grams:
+            return
+        nbytes = sum(g.nbytes for g in grams)
+        device = solve_device(grams[0].device, nbytes)
         for table in (self.fit, self.held_out):
             for key, value in table.items():
-                table[key] = value.to("cpu")
+                table[key] = value.to(device)
         for key, sums in self.sums.items():
-            self.sums[key] = [t.cpu() for t in sums]
+            self.sums[key] = [t.to(device) for t in sums]
 
     def n_matrices(self) -> int:
         """Gram matrices held now (both halves counted): what a memory test watches."""
@@ -149,7 +179,7 @@ class LayerGrams(GramStats):
         finally:
             for handle in handles:
                 handle.remove()
-        self.to_cpu_()
+        self.settle_()
         self.layer = layer
         self.replays += 1
 
@@ -203,7 +233,7 @@ def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_p
         if isinstance(target, TokenGram):
             target.add_(x)
         else:
-            if target.device != x.device:  # accumulate where the activations are (a GPU); `to_cpu_` after
+            if target.device != x.device:  # accumulate where the activations are (a GPU); `settle_` after
                 into.fit[key], into.held_out[key] = into.fit[key].to(x.device), into.held_out[key].to(x.device)
             (into.held_out if half else into.fit)[key] += x.T @ x
         if into.sums[key][0].device != x.device:

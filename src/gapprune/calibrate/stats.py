@@ -1,6 +1,7 @@
 """Streaming per-channel input statistics of Linear modules: E[x], E[x²], Var[x], and norms.
 
-Accumulated in float64 over every calibration token, never storing activations.
+Accumulated in float64 over every calibration token, never storing activations (on a GPU each
+batch is reduced there in float32 first).
 """
 
 from __future__ import annotations
@@ -28,9 +29,15 @@ class ChannelStats:
         return cls(torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64))
 
     def update(self, x: torch.Tensor) -> None:
-        flat = x.detach().reshape(-1, x.shape[-1]).double().cpu()  # (tokens, in)
-        self.sum += flat.sum(0)
-        self.sum_sq += flat.square().sum(0)
+        flat = x.detach().reshape(-1, x.shape[-1])  # (tokens, in)
+        if flat.device.type == "cpu":
+            flat = flat.double()
+            self.sum += flat.sum(0)
+            self.sum_sq += flat.square().sum(0)
+        else:  # reduced where the activations are, in float32; two vectors cross to the host, not the tokens
+            flat = flat.float()
+            self.sum += flat.sum(0).double().cpu()
+            self.sum_sq += flat.square().sum(0).double().cpu()
         self.count += flat.shape[0]
 
     @property

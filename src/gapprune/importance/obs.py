@@ -73,7 +73,7 @@ def remove_columns(weight: torch.Tensor, hinv: torch.Tensor, columns: torch.Tens
     H⁻¹ − H⁻¹_:,S (H⁻¹_SS)⁻¹ H⁻¹_S,: (which is H⁻¹ of the kept columns). Returned compacted: each
     later step works on the columns still there, so a layer costs a third of a full-size update.
     `hinv` is overwritten when contiguous (the result is then a view of its storage)."""
-    keep = torch.ones(hinv.shape[0], dtype=torch.bool)
+    keep = torch.ones(hinv.shape[0], dtype=torch.bool, device=hinv.device)
     keep[columns] = False
     block_inv = torch.linalg.inv(hinv[columns][:, columns])
     rows = hinv[columns][:, keep]  # (|S|, kept)
@@ -90,23 +90,23 @@ def damped_inverse(gram: GramSource, dtype: torch.dtype) -> torch.Tensor:
     of the inverse (three more n² buffers before; the peak of a bf16 prune of a 1.5B model).
     Borrowed parts are copied once; parts handed over by a function (`GramStats.handover`) are
     summed into the first in place and each other one freed once added: no copy at all. The
-    function is called again for the float64 retry."""
+    function is called again for the float64 retry. It runs where the Grams are (`solve_device`)."""
     if callable(gram):
         parts = gram()
-        h = parts.pop(0).to("cpu")
+        h = parts.pop(0)
         while parts:
-            h.add_(parts.pop(0).to("cpu"))  # the added half is freed here
+            h.add_(parts.pop(0).to(h.device))  # the added half is freed here
     else:
         parts = [gram] if isinstance(gram, torch.Tensor) else list(gram)
-        h = parts[0].to("cpu", copy=True)
+        h = parts[0].clone()
         for part in parts[1:]:
-            h.add_(part.to("cpu"))
+            h.add_(part.to(h.device))
     h = h.to(dtype)
     h.diagonal().add_(DAMP * float(h.diagonal().mean())).add_(_TINY)  # = h + DAMP·mean·I + 1e-12·I, in place
     # LAPACK works on column-major storage; H is symmetric (XᵀX is, to the bit), so its transpose is
     # the same numbers in the order LAPACK wants, and potrf and potri run in h's own storage
     column_major = h.mT
-    info = torch.empty((), dtype=torch.int32)
+    info = torch.empty((), dtype=torch.int32, device=h.device)
     chol, _ = torch.linalg.cholesky_ex(column_major, out=(column_major, info))
     if int(info) != 0:
         if dtype == torch.float64:
@@ -125,14 +125,15 @@ def obs_order(weight: torch.Tensor, gram: GramSource, width: int, per_step: int 
     time and half its memory); the damping keeps H's condition number bounded, and a unit's score
     is its greedy step, which rounding in the last digits rarely changes."""
     hinv = damped_inverse(gram, dtype)
-    w = weight.detach().to("cpu", hinv.dtype)
+    w = weight.detach().to(hinv.device, hinv.dtype)
     alive = torch.arange(w.shape[1] // width)  # original ids of the units still there, in column order
     order: list[int] = []
     while len(alive):
         take = removal_errors(w, hinv, width).argsort()[:per_step]
-        order += alive[take].tolist()
-        columns = (take.view(-1, 1) * width + torch.arange(width)).flatten()
+        columns = (take.view(-1, 1) * width + torch.arange(width, device=take.device)).flatten()
         w, hinv = remove_columns(w, hinv, columns)
+        take = take.cpu()
+        order += alive[take].tolist()
         kept = torch.ones(len(alive), dtype=torch.bool)
         kept[take] = False
         alive = alive[kept]
@@ -150,16 +151,17 @@ def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor | Sequence[torch.T
     this function owns and shrinks in place, so a caller's joined copy is not held beside it (on a
     1.5B model's MLP each t × n buffer is 147 MB, and OBS scoring sets the peak of a bf16 prune)."""
     parts = [rows] if isinstance(rows, torch.Tensor) else list(rows)
-    x = torch.cat([part.to("cpu", dtype) for part in parts])
+    device = parts[0].device  # where the Grams are (`solve_device`)
+    x = torch.cat([part.to(device, dtype) for part in parts])
     del parts, rows
-    w = weight.detach().to("cpu", dtype)
+    w = weight.detach().to(device, dtype)
     t, n = x.shape
     out = w.shape[0]
     delta = DAMP * float(x.double().square().sum()) / n + _TINY  # = DAMP·mean(diag XᵀX) + 1e-12, as obs_order
-    eye_w = torch.eye(width, dtype=dtype)
-    every_row = torch.arange(t)
+    eye_w = torch.eye(width, dtype=dtype, device=device)
+    every_row = torch.arange(t, device=device)
     alive = torch.arange(n // width)
-    info = torch.empty((), dtype=torch.int32)
+    info = torch.empty((), dtype=torch.int32, device=device)
     order: list[int] = []
     while len(alive):
         units = len(alive)
@@ -176,13 +178,14 @@ def obs_order_tokens(weight: torch.Tensor, rows: torch.Tensor | Sequence[torch.T
         wu = w.view(out, units, width).transpose(0, 1)  # (units, out, w)
         errors = (torch.bmm(wu, torch.linalg.inv(blocks)) * wu).sum((1, 2))
         take = errors.argsort()[:per_step]
+        columns = (take.view(-1, 1) * width + torch.arange(width, device=device)).flatten()
+        take = take.cpu()
         order += alive[take].tolist()
-        columns = (take.view(-1, 1) * width + torch.arange(width)).flatten()
-        keep = torch.ones(units * width, dtype=torch.bool)
+        keep = torch.ones(units * width, dtype=torch.bool, device=device)
         keep[columns] = False
         hinv_rows = -(x[:, columns].T @ p)  # rows S of H_KK⁻¹ times δ: E_S − X_Sᵀ M X_K
         del xu, pu, p  # the next step's M X_K is not made beside this one
-        hinv_rows[torch.arange(len(columns)), columns] += 1
+        hinv_rows[torch.arange(len(columns), device=device), columns] += 1
         hinv_rows /= delta
         block_inv = torch.linalg.inv(hinv_rows[:, columns])
         w = w[:, keep] - (w[:, columns] @ block_inv) @ hinv_rows[:, keep]

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.calibrate.gram import GramStats, gram_hook, tokens_per_half
 from gapprune.components import COMPONENTS
 from gapprune.config import LSQ_ROWS_FACTOR
+from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
 from gapprune.prune.compensate import add_summary, new_summary, prune_component_and_compensate_
@@ -65,7 +65,7 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
         finally:
             for handle in handles:
                 handle.remove()
-        stats.to_cpu_()
+        stats.settle_()
         return stats
 
     # minutes on a billion-parameter model: show the layers go by (tiny models finish at once)
