@@ -73,3 +73,21 @@ def test_c4_distils_on_its_train_split_and_evaluation_sets_are_refused(data_dir:
     for data in ("wikitext2", "c4+ptb"):
         with pytest.raises(ValueError, match="evaluation set"):
             training_windows(data, tokenizer, 256, data_dir=str(data_dir))
+
+
+def test_calibration_and_the_plan_check_share_one_tokenisation(data_dir: Path, monkeypatch):
+    from gapprune.profiling import calibration
+    from tests.evaluate.test_eval_bench import byte_tokenizer
+
+    calls = []
+    tokenise = calibration.tokenize_text
+    monkeypatch.setattr(calibration, "tokenize_text", lambda text, tok: calls.append(len(text)) or tokenise(text, tok))
+    tokenizer = byte_tokenizer()
+    config = PruneConfig(ratio=0.25, calib="c4", calib_samples=4, profile_samples=4, screen_samples=1, check_samples=2,
+                         seq_len=64, data_dir=str(data_dir))
+    windows = calibration.calibration_ids(None, tokenizer, config)
+    held_out = calibration.held_out_ids(tokenizer, config)
+    assert len(calls) == 1 and windows.shape == (4, 64) and held_out is not None and held_out.shape == (2, 64)
+    calibration.held_out_ids(tokenizer, PruneConfig(ratio=0.25, calib="wikitext2", check_samples=2, seq_len=64,
+                                                    data_dir=str(data_dir)))
+    assert len(calls) == 2  # another text is tokenised anew

@@ -7,7 +7,9 @@ signals, the loss table) is numbers and saves to JSON (`profiling/profile.py`).
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -86,9 +88,25 @@ def calibration_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     a plan measured on one domain alone carries that domain's blind spots to every other."""
     if config.calib == "self":
         return self_generated_windows(model, tokenizer, config.calib_samples, config.seq_len, config.seed)
-    sources = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
-               for name, split in zip(config.calib_sources, calibration_splits(config))]
-    return mixed_windows(sources, config.calib_samples, config.seq_len, config.seed, bos_id=bos_token_id(tokenizer))
+    return mixed_windows(calibration_sources(tokenizer, config), config.calib_samples, config.seq_len, config.seed,
+                         bos_id=bos_token_id(tokenizer))
+
+
+_TOKENISED: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[tuple[Any, ...], list[torch.Tensor]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def calibration_sources(tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> list[torch.Tensor]:
+    """The calibration text's token ids, one tensor per source, tokenised once per tokenizer and text:
+    the calibration windows and the plan check's held-out windows are cut from the same ids."""
+    splits = calibration_splits(config)
+    key = (tuple(config.calib_sources), tuple(splits), str(config.data_dir))
+    seen = _TOKENISED.setdefault(tokenizer, {})
+    if key not in seen:
+        seen.clear()  # one text per tokenizer is kept: a run calibrates on one
+        seen[key] = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
+                     for name, split in zip(config.calib_sources, splits, strict=True)]
+    return seen[key]
 
 
 def held_out_ids(tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> torch.Tensor | None:
@@ -96,9 +114,7 @@ def held_out_ids(tokenizer: PreTrainedTokenizerBase, config: PruneConfig) -> tor
     (None for `self`-generated text or no check): where the plan check measures."""
     if config.calib == "self" or not config.check_samples:
         return None
-    sources = [tokenize_text(load_text(name, split, config.data_dir), tokenizer)
-               for name, split in zip(config.calib_sources, calibration_splits(config))]
-    return held_out_windows(sources, config.calib_samples, config.check_samples, config.seq_len, config.seed,
+    return held_out_windows(calibration_sources(tokenizer, config), config.calib_samples, config.check_samples, config.seq_len, config.seed,
                             bos_id=bos_token_id(tokenizer))
 
 
