@@ -334,8 +334,8 @@ def distill_section(records: list[dict]) -> list[str]:
     if not ppl:
         return []
     lines = ["## Recovery by tuning: LoRA vs distillation (SmolLM2-135M; `benchmarks/distill.py`)", "",
-             ("Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca "
-             "or the teacher's own (`self`; no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
+             ("Same pruned folder per ratio (`gapprune prune smollm2-135m --ratio R`, defaults); training text Alpaca, "
+             "C4 (web text, its train split) or the teacher's own (`self`; no WikiText-2 or PTB text); perplexity on the first 256 windows of 128 tokens. `minutes` is "
              "training time; machine and load per row in `docs/results/recovery.json`."), ""]
     cells: dict[tuple, dict[str, float]] = defaultdict(dict)
     meta: dict[tuple, dict] = {}
