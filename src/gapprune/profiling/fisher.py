@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,7 +33,13 @@ from gapprune.engine.metrics import METRICS
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
+from gapprune.profiling.auto import Solve
 from gapprune.profiling.loss_table import LossTable, option_grid
+from gapprune.profiling.tables import step_of
+
+if TYPE_CHECKING:
+    from gapprune.config import PruneConfig
+    from gapprune.profiling.calibration import Calibration
 
 LABELS = ("model", "data")
 
@@ -145,3 +153,11 @@ def rank_correlation(a: LossTable, b: LossTable) -> float:
     x = np.concatenate([a.loss[c][:, 1:].ravel() for c in COMPONENTS])
     y = np.concatenate([b.loss[c][:, 1:].ravel() for c in COMPONENTS])
     return spearman(x, y)
+
+
+def measure_fisher(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
+                   solve: Solve | None = None) -> LossTable:
+    """`fisher` (the registry's entry): the estimate on the calibration windows; no replay, nothing to resume."""
+    adapter = calibration.adapter
+    return build_loss_table_fisher(adapter, calibration.ids, calibration.unit_scores, metric=config.metric,
+                                   channel_step=step_of(adapter, config), batch_size=config.batch_size, seed=config.seed)

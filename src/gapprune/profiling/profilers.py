@@ -19,13 +19,8 @@ from typing import TYPE_CHECKING, Any
 from gapprune.allocate import LossTable
 from gapprune.config import PruneConfig
 from gapprune.profiling.auto import Solve
-from gapprune.profiling.tables import (
-    costs_only,
-    measure_auto,
-    measure_exact,
-    measure_fisher,
-    needs_loss_table,
-)
+from gapprune.profiling.fisher import measure_fisher
+from gapprune.profiling.tables import costs_only, measure_auto, measure_exact, needs_loss_table
 from gapprune.registry import Registry
 
 if TYPE_CHECKING:

@@ -21,7 +21,6 @@ from gapprune.options import default_channel_step
 from gapprune.profiling.auto import Solve, auto_table
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.checkpoint import EntryCheckpoint, LayerCheckpoint, run_key
-from gapprune.profiling.fisher import build_loss_table_fisher
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import build_loss_table, calibration_tokens, option_grid, units_of
 from gapprune.refit import compensated_projection
@@ -56,14 +55,6 @@ def costs_only(calibration: Calibration, config: PruneConfig) -> LossTable:
     """The options' parameter costs with ΔL left at 0: all a baseline allocator reads."""
     return build_loss_table(calibration.adapter, calibration.profile_inputs, calibration.unit_scores,
                             channel_step=step_of(calibration.adapter, config), measure=False)
-
-
-def measure_fisher(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
-                   solve: Solve | None = None) -> LossTable:
-    """`fisher`: a second-order estimate from gradients of every layer at once, no replay."""
-    adapter = calibration.adapter
-    return build_loss_table_fisher(adapter, calibration.ids, calibration.unit_scores, metric=config.metric,
-                                   channel_step=step_of(adapter, config), batch_size=config.batch_size, seed=config.seed)
 
 
 def measure_auto(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None = None,
