@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gapprune.allocate import Allocation
-from gapprune.budgets.budget import Budget, achieved, allocate_budget
+from gapprune.budget import Budget
+from gapprune.budgets.budget import achieved, allocate_budget
 from gapprune.budgets.measure import llamacpp_memory
 from gapprune.budgets.microbench import BenchSettings
 from gapprune.budgets.runner import cost_table, speed_ratio

@@ -24,7 +24,8 @@ from pathlib import Path
 from budget_run import BudgetRun
 from common import GAPPRUNE, machine
 
-from gapprune.budgets.budget import Budget, parse_size
+from gapprune.budget import Budget
+from gapprune.budgets.budget import parse_size
 from gapprune.budgets.microbench import BenchSettings
 from gapprune.budgets.runner import cost_table
 

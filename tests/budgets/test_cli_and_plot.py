@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from gapprune.budgets.budget import Budget
+from gapprune.budget import Budget
 from gapprune.cli.budgets import add_budget_flags, budget_from_args
 from tests.budgets.test_costs import fitted
 

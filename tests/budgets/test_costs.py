@@ -7,7 +7,8 @@ import pytest
 
 from gapprune.allocate.knapsack import InfeasibleBudget
 from gapprune.allocate.table import LossTable
-from gapprune.budgets.budget import Budget, achieved, allocate_budget, parse_size, reachable_range
+from gapprune.budget import Budget
+from gapprune.budgets.budget import achieved, allocate_budget, parse_size, reachable_range
 from gapprune.budgets.microbench import BenchSettings, fit_costs, grid_points
 from gapprune.budgets.runner import check_shapes, default_options
 from gapprune.budgets.table import ModelDims, RuntimeCosts

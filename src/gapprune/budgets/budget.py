@@ -19,7 +19,7 @@ from gapprune.allocate.table import LossTable
 from gapprune.budget import Budget
 from gapprune.budgets.table import RuntimeCosts
 
-__all__ = ["Budget", "achieved", "allocate_budget", "parse_size", "reachable_range"]
+__all__ = ["achieved", "allocate_budget", "parse_size", "reachable_range"]
 
 TIME_GRAIN_US = 0.1
 MEMORY_GRAIN = 1024

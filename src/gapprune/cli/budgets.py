@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gapprune.budgets.budget import Budget, parse_size
+from gapprune.budget import Budget
+from gapprune.budgets.budget import parse_size
 from gapprune.budgets.microbench import RUNTIMES, BenchSettings
 from gapprune.budgets.table import RuntimeCosts
 
