@@ -99,6 +99,7 @@ def main() -> None:
     p.add_argument("--schedule", default="constant", choices=["constant", "cosine", "wsd"], help="rate after warm-up")
     p.add_argument("--decay-fraction", type=float, default=0.2, help="wsd: final share of the time over which the rate falls to 0")
     p.add_argument("--start-point", action="store_true", help="first record the pruned folder's own perplexity")
+    p.add_argument("--start-point-only", action="store_true", help="record the pruned folder's own perplexity, no training")
     p.add_argument("--batch-size", type=int, default=DISTILL["batch_size"], help="windows per optimiser step")
     p.add_argument("--top-k", type=int, default=0, help="KL over the teacher's top-k plus a tail bucket (0: full vocabulary)")
     p.add_argument("--teacher-cache", default=None, help="keep the teacher's top-k on disk (a folder, or auto); needs --top-k")
@@ -117,13 +118,15 @@ def main() -> None:
         zeroshot_of_finished_run(args, source, log)
         return
     windows = [Window(dataset, windows=args.windows) for dataset in DATASETS]
-    if args.start_point:
+    if args.start_point or args.start_point_only:
         for window in windows:
             ppl = perplexity(model, tokenizer, window, args.data_dir)
             log.emit({"kind": "methods", "dataset": window.dataset, "seq_len": 128, "windows": ppl["windows"],
                       "ppl": round(ppl["ppl"], 3), "model": source, "method": "none (starting point of the distillation runs)",
                       "ratio": args.ratio, "train_data": None, "pruned": args.pruned, "steps": 0, "tokens": 0,
                       "wall_s": 0.0})
+    if args.start_point_only:
+        return
     start = time.perf_counter()
     model, record = tune(args.method, model, tokenizer, args)
     save(model, tokenizer, Path(args.run_dir) / "model", overwrite=True)

@@ -148,8 +148,9 @@ def test_validation_text_is_watched_while_every_training_window_trains(tmp_path)
         DistillConfig(data="alpaca", val_data="alpaca")
 
 
-def test_tune_distill_defaults_to_the_best_measured_setting_decoder_parameters_on_alpaca():
-    # docs/recovery.md: distillation of the decoder on Alpaca beat LoRA, all parameters and teacher-written text
+def test_tune_distill_defaults_to_the_best_measured_setting_decoder_parameters_on_c4():
+    # docs/recovery.md: distillation of the decoder beat LoRA, all parameters and teacher-written text, and on C4
+    # it beat Alpaca at 25% (WikiText-2 73.9 vs 76.1, PTB 118.5 vs 123.2, an hour each)
     import argparse
 
     from gapprune.cli.tune import TuneCommand, _config
@@ -158,4 +159,4 @@ def test_tune_distill_defaults_to_the_best_measured_setting_decoder_parameters_o
     TuneCommand.add(parser.add_subparsers())
     args = parser.parse_args(["tune", "DIR", "--out", "OUT", "--distill"])
     config = _config(args, DistillConfig)
-    assert (config.params, config.data, config.lr) == ("decoder", "alpaca", 0.0)
+    assert (config.params, config.data, config.lr) == ("decoder", "c4", 0.0)
