@@ -156,10 +156,11 @@ def recovery(records: Records) -> str:
         ptb = latest(tuned, "its PTB perplexity", dataset="ptb", ratio=ratio, method=best["method"], lr=best["lr"],
                      train_s=best["train_s"])
         start = latest(starts, "its starting point", ratio=ratio, pruned=best["pruned"])
+        threads = int(re.search(r"(\d+) threads?", best["machine"])[1])  # "x86_64 CPU, 2 threads, torch ..."
         parts.append(f"at {100 * ratio:.0f}%, WikiText-2 {start['ppl']:.1f} → **{best['ppl']:.1f}** (PTB after: "
-                     f"{ptb['ppl']:.1f}; trained on {TUNING_TEXT[best['method']]}, learning rate {best['lr']:g}, "
-                     f"from a folder pruned on {start['date']})")
-    return ("On SmolLM2-135M, 60 minutes of `--distill --params decoder` (two CPU cores; the best of the training "
+                     f"{ptb['ppl']:.1f}; trained on {TUNING_TEXT[best['method']]}, {threads} thread"
+                     f"{'s' if threads > 1 else ''}, learning rate {best['lr']:g}, from a folder pruned on {start['date']})")
+    return ("On SmolLM2-135M, 60 minutes of `--distill --params decoder` on a two-core CPU (the best of the training "
             "texts measured) took it " + "; ".join(parts) + " (`docs/results/recovery.json`).\n")
 
 
