@@ -18,7 +18,7 @@ from gapprune.components import COMPONENTS
 from gapprune.engine.capture import LayerInputs, capture_layer_inputs
 from gapprune.engine.head import dense_reference
 from gapprune.engine.masks import UnitMasks
-from gapprune.engine.replay import Entries, Measured, measure_entries, replay_stacked
+from gapprune.engine.replay import Entries, Measured, measure_entries, positions, replay_stacked
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
@@ -42,7 +42,7 @@ def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, ta
     """The metric with every component pruned as `choice` says, minus the dense model's (per position)."""
     device = next(adapter.model.parameters()).device
     reference = dense_reference(adapter, inputs, table.metric, device, chunk_rows)
-    positions = sum(reference.metric.positions(int(h.shape[0]), int(h.shape[1])) for h in inputs.final_hidden)
+    n_positions = positions(inputs, table.metric)
 
     def replay() -> float:
         return float(replay_stacked(adapter, inputs, 0, None, [None], reference, device, chunk_rows)[0])
@@ -51,7 +51,7 @@ def true_loss(adapter: ModelAdapter, inputs: LayerInputs, scores: UnitScores, ta
     with UnitMasks(adapter) as masks:
         for (layer, c), kept in kept_by_component(adapter, scores, table, choice).items():
             masks.set_(layer, c, kept)
-        return (replay() - dense) / positions
+        return (replay() - dense) / n_positions
 
 
 @torch.inference_mode()

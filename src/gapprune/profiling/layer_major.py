@@ -12,7 +12,7 @@ import torch
 from gapprune.components import COMPONENTS
 from gapprune.engine.capture import LayerInputs
 from gapprune.engine.layer_major import Replay, measure_layer_major
-from gapprune.engine.replay import Measured
+from gapprune.engine.replay import Measured, tokens_per_batch
 from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
@@ -68,9 +68,8 @@ def build_loss_table_layer_major(
             if on_layer is not None:
                 on_layer(layer, measured[layer])
     measured.update(done)
-    batch_tokens = max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
     meta = {"profiler": "exact", "traversal": "layer_major", "tokens": calibration_tokens(inputs),
             "channel_step": channel_step, "mlp_stride": mlp_stride, "measured": True, "precision": "float32",
-            "options_per_pass": max(1, max_rows // batch_tokens), "resumed_layers": sorted(done),
+            "options_per_pass": max(1, max_rows // tokens_per_batch(inputs)), "resumed_layers": sorted(done),
             "wall_s": round(time.perf_counter() - start_time, 2)}
     return table_from_rows(adapter, grid, measured, scores.criterion, metric, meta)
