@@ -45,6 +45,7 @@ class PruneConfig:
     auto_margin: float = field(default=0.1, metadata={"help": "auto profiler: relative uncertainty of a screened ΔL after rescaling; an option is measured exactly when, lowered by it, it could beat the pick (larger: more replays, closer to the exact plan)"})
     screen_samples: int = field(default=1, metadata={"help": "auto profiler: profiling windows (a prefix) the screen is measured on"})
     screen_stride: int = field(default=0, metadata={"help": "auto profiler: the screen replays every N-th option of the exact grid (and the last), interpolating the rest; the exact rounds may still measure any (1 = screen all; 0 = 2 for a decoder of a billion parameters or more, else 1)"})
+    screen_precision: str = field(default="float32", metadata={"help": "auto profiler: the screen's matrix precision: float32|bfloat16|auto (bfloat16 where the processor multiplies it fast: a GPU, or a CPU with AVX-512-BF16 or AMX). The exact rounds stay float32, so it changes which entries are measured, not a measured value; on SmolLM2-135M at 25% (one AVX-512-BF16 core) bfloat16 profiled 11% faster for a plan 0.7% worse in summed exact ΔL (docs/performance.md §10)"})
     mlp_stride: int = field(default=4, metadata={"help": "replay every N-th MLP option when profiling, interpolate the rest (1 = all)"})
     compensate: str = field(default="lsq", metadata={"help": "training-free recovery after removal: lsq|bias|none"})
     ridge: float = field(default=1.0, metadata={"help": "lsq ridge, relative to the mean input energy, pulling kept weights towards their original values"})
@@ -95,6 +96,8 @@ class PruneConfig:
             raise ValueError("compensation_aware measures options as compensated: set compensate to lsq or bias")
         if self.profiler not in ("exact", "fisher", "auto"):
             raise ValueError(f"profiler must be auto, exact or fisher, got {self.profiler!r}")
+        if self.screen_precision not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"screen_precision must be auto, float32 or bfloat16, got {self.screen_precision!r}")
         if self.auto_margin < 0:
             raise ValueError(f"auto_margin must be >= 0, got {self.auto_margin}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):

@@ -85,9 +85,26 @@ def test_the_tiled_logsumexp_equals_the_whole_logits_one(monkeypatch, bias, chun
     """Tiles of rows x a slice of the vocabulary, combined by one more lse: the full-logit value."""
     from gapprune.engine.head import logsumexp_logits
 
-    monkeypatch.setattr(head_module, "LOGIT_CHUNK_ELEMENTS", 60)  # 0 -> 29 rows x 2 tokens: 25 slices of 50
+    monkeypatch.setattr(head_module, "LSE_TILE_ELEMENTS", {"cpu": 60})  # 0 -> 29 rows x 2 tokens: 25 slices of 50
     torch.manual_seed(0)
     head, normed = torch.nn.Linear(16, 50, bias=bias), torch.randn(29, 16)
     with torch.no_grad():
         expected = torch.logsumexp(head(normed), dim=-1)
         torch.testing.assert_close(logsumexp_logits(normed, head, chunk_rows), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("metric", ["kl", "nll"])
+def test_the_metric_stays_float32_under_a_bf16_autocast(metric):
+    # a bf16 replay's layers may run under autocast; its metric must not: bf16 logits move small ΔL
+    torch.manual_seed(0)
+    norm, head = torch.nn.LayerNorm(64), torch.nn.Linear(64, 4096)
+    dense, ids = torch.randn(2, 9, 64) * 4, torch.randint(0, 4096, (2, 9))
+    pruned = dense.repeat(2, 1, 1) + 0.01 * torch.randn(4, 9, 64)
+    reference = make_head_reference(norm, head, [dense], [ids], metric, torch.device("cpu"))
+    plain = metric_sums(norm, head, pruned, 0, reference, copies=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = metric_sums(norm, head, pruned, 0, reference, copies=2)
+    assert torch.equal(plain, autocast)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what the metric would be with a bf16 head: not the same
+        rounded = head_module._metric_sums(norm, head, pruned, 0, reference, 2, 0)
+    assert not torch.equal(plain, rounded)

@@ -38,7 +38,12 @@ class HeadReference:
 
 
 LOGIT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk by default: 64 MB in float32
-LSE_TILE_ROWS = 2048  # rows per logsumexp tile by default; the vocabulary is cut to fit LOGIT_CHUNK_ELEMENTS
+LSE_TILE_ROWS = 1024  # rows per logsumexp tile by default; the vocabulary is cut to fit the tile's logits
+# Logits per logsumexp tile by device type (else LOGIT_CHUNK_ELEMENTS): on a CPU a 4 MB tile is still
+# in cache when its logsumexp reads it back (two cores, 4,096 rows: SmolLM2's head 1.35 s against
+# 1.94 s for 2,048 x 8,192 tiles, Qwen2.5-1.5B's 6.3 s against 8.4 s on 2,048 rows; §10 of
+# docs/performance.md); a GPU wants its matmuls large.
+LSE_TILE_ELEMENTS = {"cpu": 1 << 20}
 
 
 def rows_per_chunk(chunk_rows: int, vocab: int) -> int:
@@ -74,8 +79,8 @@ def pull_back(q: torch.Tensor, weight: torch.Tensor, vocab_block: int = 8192) ->
 def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> torch.Tensor:
     """lse(W n + b) in float32 for normed (N, h) -> (N,), in tiles of rows x a slice of the vocabulary.
 
-    A tile holds at most `LOGIT_CHUNK_ELEMENTS` logits. Row chunks over the whole vocabulary made
-    that 110 rows of a 151,936-token head: a matmul far slower per row than one of 1,024 rows (one
+    A tile holds at most `LSE_TILE_ELEMENTS` logits on a CPU, `LOGIT_CHUNK_ELEMENTS` elsewhere. Row
+    chunks over the whole vocabulary made that 110 rows of a 151,936-token head: a matmul far slower per row than one of 1,024 rows (one
     replay's metric on 1,024 positions, two cores: 6.7 s against 5.0 with tiles, the same memory;
     `docs/performance.md` §9), and every replay pays it. So a tile keeps many rows (`chunk_rows`,
     by default up to `LSE_TILE_ROWS`) against a slice of the vocabulary, and the slices' lse are
@@ -83,7 +88,7 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
     """
     weight, bias = _weight(head)
     rows = chunk_rows if chunk_rows > 0 else min(max(1, normed.shape[0]), LSE_TILE_ROWS)
-    width = max(1, LOGIT_CHUNK_ELEMENTS // rows)  # vocabulary per tile
+    width = max(1, LSE_TILE_ELEMENTS.get(normed.device.type, LOGIT_CHUNK_ELEMENTS) // rows)  # vocabulary per tile
     out = torch.empty(normed.shape[0], dtype=torch.float32, device=normed.device)
     for first in range(0, normed.shape[0], rows):
         x = normed[first : first + rows]
@@ -123,7 +128,17 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
 
 def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
                 copies: int, chunk_rows: int = 0) -> torch.Tensor:
-    """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64."""
+    """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64.
+
+    Outside any autocast: a replay's layers may run in bf16, but logits rounded to bf16 (8 bits of
+    mantissa on values near 20) move a position's logsumexp by ~0.03, more than a small option's ΔL
+    (SmolLM2, 1,024 tokens: median error 1.1% with a bf16 head, 0.34% with this float32 one)."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return _metric_sums(norm, head, hidden, batch, reference, copies, chunk_rows)
+
+
+def _metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
+                 copies: int, chunk_rows: int) -> torch.Tensor:
     t_kept = hidden.shape[1] - reference.metric.shift
     normed = norm(hidden)[:, :t_kept]
     n, t, h = normed.shape

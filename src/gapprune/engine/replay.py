@@ -12,7 +12,9 @@ schedule, for models read a layer at a time, is `layer_major.py`.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,31 @@ def positions(inputs: LayerInputs, metric: str) -> int:
 
 def tokens_per_batch(inputs: LayerInputs) -> int:
     return max(int(h.shape[0] * h.shape[1]) for h in inputs.final_hidden)
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux: no flags known, so no claim of fast bf16
+        return frozenset()
+    return frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with
+    AVX-512-BF16 or AMX (SmolLM2 replays under bf16 autocast, one AVX-512-BF16 core: 1.67x; on
+    AVX2 alone bf16 is emulated and slower than float32)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """`auto` -> bfloat16 where `fast_bf16`, else float32; float32 and bfloat16 as they are."""
+    if precision == "auto":
+        return "bfloat16" if fast_bf16(device) else "float32"
+    return precision
 
 
 def precision_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:

@@ -13,7 +13,14 @@ from gapprune.config import TABLE_SETTINGS, PruneConfig
 from gapprune.distributed import gather_table, rank, shard_layers, world_size
 from gapprune.engine.head import dense_reference
 from gapprune.engine.masks import Compensated
-from gapprune.engine.replay import Compensation, Entries, Measured, dense_base, measure_entries
+from gapprune.engine.replay import (
+    Compensation,
+    Entries,
+    Measured,
+    dense_base,
+    measure_entries,
+    resolve_precision,
+)
 from gapprune.models import ModelAdapter
 from gapprune.models.loading import default_cache_dir
 from gapprune.models.streaming import is_streamed
@@ -133,8 +140,8 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
 
     Same replays and metric as the exact table, on a fraction of its tokens (128 of 1,024 by
     default) and of its options (every `screen_stride`-th column of its grid, the rest interpolated:
-    ~5% of its time), so it is valid wherever the exact table is (unlike a second-order estimate,
-    which misses e.g. Gemma's whole-sub-block options). No entry is exact; the exact rounds may
+    ~5% of its time), in `screen_precision` (the metric always in float32), so it is valid wherever
+    the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block options). No entry is exact; the exact rounds may
     measure any column of the exact grid, screened or not.
     """
     adapter = calibration.adapter
@@ -144,7 +151,7 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
                                      mlp_stride=config.mlp_stride, layers=layers,
                                      desc=f"auto: screening ({config.screen_samples} window(s))",
                                      compensation=table_compensation(calibration, config),
-                                     thin=screen_stride_of(adapter, config))
+                                     thin=screen_stride_of(adapter, config), precision=screen_precision_of(adapter, config))
     table = gather_table(table, layers)
     assert table.exact is not None
     for c in table.exact:
@@ -153,11 +160,17 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     return table
 
 
+def screen_precision_of(adapter: ModelAdapter, config: PruneConfig) -> str:
+    """The screen's precision; `auto` resolves to bf16 where it is fast (a GPU, AVX-512-BF16, AMX)."""
+    return resolve_precision(config.screen_precision, next(adapter.model.parameters()).device)
+
+
 def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None) -> EntryCheckpoint:
     """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
                    "screen_samples": config.screen_samples,
                    "screen_stride": screen_stride_of(calibration.adapter, config),
+                   "screen_precision": screen_precision_of(calibration.adapter, config),
                    "profile_tokens": calibration_tokens(calibration.profile_inputs),
                    # under torchrun every rank keeps its own: one rank clearing a finished run must not
                    # remove the folder another rank is still writing to
