@@ -20,6 +20,10 @@ perplexity (first 256 windows of 128 tokens) is measured.
     python benchmarks/profilers.py timing --data-dir ../shared/data --out docs/results/performance.json
     python benchmarks/profilers.py calib --device cuda --tokens 512,1024,2048,4096,8192 --out calib.json
     python benchmarks/profilers.py auto --data-dir ../shared/data --out docs/results/performance.json
+    python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
+
+`screen`: at the CLI's defaults, the exact table's profiling time, then the auto profiler per screen
+variant (precision:stride) and ratio, each plan scored by summed ΔL on that exact table.
 """
 
 from __future__ import annotations
@@ -308,9 +312,51 @@ def auto(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def
               "margin": meta.get("margin"), "rounds": meta.get("rounds")})
 
 
+def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    """The CLI's defaults: the exact table timed, then `auto` per variant (screen precision:stride) and
+    ratio from fresh checkpoints; every plan scored by its summed ΔL on that one exact table."""
+    import tempfile
+    from dataclasses import replace
+
+    from gapprune.config import PruneConfig
+    from gapprune.pipeline import calibrate
+    from gapprune.profiling.profilers import measure_table
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    config = PruneConfig(ratio=0.25, data_dir=args.data_dir)
+    calibration = calibrate(model, tokenizer, config)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        exact = measure_table(calibration, replace(config, profiler="exact"), Path(folder))
+    exact_s = round(time.perf_counter() - start, 1)
+    total = sum(p.numel() for p in model.parameters())
+
+    def summed(choice: dict[str, list[int]]) -> float:
+        return sum(float(exact.loss[c][layer, k]) for c in choice for layer, k in enumerate(choice[c]))
+
+    for ratio in map(float, args.ratios.split(",")):
+        exact_plan = allocate(Profile(calibration.unit_scores, LayerSignals(), exact, total), ratio, "gap").choice
+        for variant in args.variants.split(","):
+            precision, stride = variant.split(":")
+            variant_config = replace(config, ratio=ratio, screen_precision=precision, screen_stride=int(stride))
+            with tempfile.TemporaryDirectory() as folder:
+                timings: dict[str, float] = {}
+                plan, profile = plan_for(variant_config, calibration, checkpoint_dir=Path(folder), timings=timings)
+            choice, meta = plan.summary["choice"], profile.table.meta["auto"]
+            emit({"kind": "auto_vs_exact", "profiler": "auto", "ratio": ratio, "screen_precision": precision,
+                  "screen_stride": int(stride), "threads": args.threads, "wall_s": timings["profiling"],
+                  "exact_wall_s": exact_s, "share_of_exact": round(timings["profiling"] / exact_s, 3),
+                  "summed_dl_exact": round(summed(choice), 6), "exact_summed_dl_exact": round(summed(exact_plan), 6),
+                  "same_components_as_exact_plan": sum(a == b for c in COMPONENTS
+                                                       for a, b in zip(choice[c], exact_plan[c], strict=True)),
+                  "exact_replays": exact_replays(profile.table), "rounds": meta["rounds"],
+                  "note": "wall_s and exact_wall_s: profiling alone (plan_for's phase; the exact table's measure_table)"})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["timing", "calib", "layers", "auto"])
+    parser.add_argument("mode", choices=["timing", "calib", "layers", "auto", "screen"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="cpu")
@@ -329,10 +375,12 @@ def main() -> None:
     parser.add_argument("--reuse-exact", action=argparse.BooleanOptionalAction, default=True,
                         help="auto: profile exactly once, reuse the folder for the other ratios")
     parser.add_argument("--exact-table", default=None, help="auto: an exact loss_table.json of this model and settings")
+    parser.add_argument("--variants", default="float32:1", help="screen: screen precision:stride, comma-separated")
+    parser.add_argument("--threads", type=int, default=2, help="screen: torch threads")
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out, args.device)
-    {"timing": timing, "calib": calib, "layers": layers, "auto": auto}[args.mode](args, log.emit)
+    {"timing": timing, "calib": calib, "layers": layers, "auto": auto, "screen": screen}[args.mode](args, log.emit)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,12 @@
 
 Each model is measured by `gapprune ppl MODEL --protocol P` (whole test sets, the protocol's window
 length) in a fresh process; records carry the protocol, the model and its plan's ratio and allocator.
+`--zeroshot` instead runs the llm-pruner protocol's 7 tasks without a limit, one task per process
+(`gapprune eval MODEL --ppl '' --tasks T --out F`), so an interrupted run keeps every finished task:
+with `--keep DIR` a task whose F already lies in DIR is recorded from it, not run again.
+
+    python benchmarks/protocols.py --zeroshot --models smollm2-135m,runs/smollm2-gap-25 --keep runs/zs \
+        --out docs/results/protocols.json
 """
 
 from __future__ import annotations
@@ -32,13 +38,44 @@ def plan_label(model: str) -> dict:
             "criterion": data["config"].get("criterion")}
 
 
+TASKS = ("openbookqa", "arc_challenge", "winogrande", "piqa", "arc_easy", "boolq", "hellaswag")  # shortest first
+
+
+def zeroshot(model: str, keep: Path, data_dir: str | None) -> list[dict]:
+    """The 7 tasks in full for one model, a process per task; finished tasks are kept in `keep`."""
+    records = []
+    for task in TASKS:
+        out = keep / f"{Path(model).name}-{task}.json"
+        command = [GAPPRUNE, "eval", model, "--ppl", "", "--tasks", task, "--out", str(out),
+                   *(["--data-dir", data_dir] if data_dir else [])]
+        wall = None
+        if not out.is_file():
+            start = time.perf_counter()
+            subprocess.run(command, check=True)
+            wall = round(time.perf_counter() - start, 1)
+        for record in json.loads(out.read_text()):
+            records.append({**record, "acc": record["value"], "protocol": "llm-pruner", "process_wall_s": wall,
+                            "task_command": "gapprune " + " ".join(repr(a) if a == "" else a for a in command[1:])})
+    return records
+
+
 def main() -> None:
     p = parser(__doc__, out="docs/results/protocols.json")
     p.add_argument("--models", required=True, help="comma-separated folders or aliases")
     p.add_argument("--protocols", default="llm-pruner,slicegpt")
     p.add_argument("--name", default="smollm2-135m", help="the base model's name in the records")
+    p.add_argument("--zeroshot", action="store_true", help="the 7 tasks in full instead of perplexity")
+    p.add_argument("--keep", default="runs/zeroshot", help="--zeroshot: folder of the per-task results")
     args = p.parse_args()
     log = ResultLog(args.out)
+    if args.zeroshot:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        for model in args.models.split(","):
+            label = plan_label(model)
+            for record in zeroshot(model, Path(args.keep), args.data_dir):
+                log.emit({"kind": "protocol_zeroshot", **record, "model": args.name, "folder": model,
+                          "method": label["allocator"], "ratio": label["target_ratio"], **label})
+        return
     for model in args.models.split(","):
         for protocol in args.protocols.split(","):
             with tempfile.TemporaryDirectory() as folder:
@@ -50,6 +87,7 @@ def main() -> None:
                 written = json.loads(out.read_text())
             for record in written if isinstance(written, list) else [written]:
                 log.emit({"kind": "protocol", **record, "model": args.name, "folder": model, **plan_label(model),
+                          "method": plan_label(model)["allocator"],
                           "process_wall_s": round(wall, 1)})
 
 
