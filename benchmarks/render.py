@@ -276,6 +276,29 @@ def protocols_section(records: list[dict], dense: list[dict]) -> list[str]:
     return lines + [""]
 
 
+ZEROSHOT_TASKS = ("boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
+
+
+def protocol_zeroshot_section(records: list[dict]) -> list[str]:
+    """The 7 tasks in full (LLM-Pruner's layout: accuracy per task, then the mean of all seven)."""
+    shots = [r for r in records if r.get("kind") == "protocol_zeroshot"]
+    if not shots:
+        return []
+    by_model: dict[tuple, dict[str, float]] = {}
+    for r in shots:
+        by_model.setdefault((r["method"], r.get("ratio")), {})[r["task"]] = r["acc"]
+    lines = [("The 7 zero-shot tasks in full (no `--limit`; lm-evaluation-harness `acc`; "
+             "`python benchmarks/protocols.py --zeroshot`, records `protocol_zeroshot` in `protocols.json`, "
+             f"{shots[0]['date']}); — not measured:"), "",
+             "| model | removed | " + " | ".join(ZEROSHOT_TASKS) + " | mean |", "|---|---|" + "---|" * 8]
+    for (method, ratio), acc in by_model.items():
+        label = f"{method} {100 * ratio:.0f}% of the model" if ratio else method
+        mean = f"{100 * sum(acc.values()) / 7:.2f}" if len(acc) == 7 else "—"
+        lines.append(f"| {shots[0]['model']} | {label} | " + " | ".join(
+            f"{100 * acc[t]:.2f}" if t in acc else "—" for t in ZEROSHOT_TASKS) + f" | {mean} |")
+    return lines + [""]
+
+
 def recovery_best_section(records: list[dict]) -> list[str]:
     ppl = [r for r in records if r.get("kind") == "methods" and r["method"].startswith("obs+sequential")
            and "lora" in r["method"]]
@@ -721,7 +744,7 @@ def main() -> None:
     lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
     lines += calibration_domain_section(load("allocators.json"))
-    lines += protocols_section(load("protocols.json"), load("dense.json"))
+    lines += protocols_section(load("protocols.json"), load("dense.json")) + protocol_zeroshot_section(load("protocols.json"))
     lines += recovery_section(load("recovery.json"))
     lines += methods_section(load("recovery.json"))
     lines += recovery_best_section(load("recovery.json"))
