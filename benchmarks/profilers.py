@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from common import ResultLog
 
-from gapprune.allocate import LayerSignals, LossTable
+from gapprune.allocate import LayerSignals
 from gapprune.api import load
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
@@ -30,12 +30,6 @@ from gapprune.evaluate.timing import median_seconds
 from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate, plan_for
 from gapprune.profiling.profilers import measure_table
-
-
-def exact_replays(table: LossTable) -> int:
-    """Exact entries measured, nothing-removed options excluded (they are exactly 0 without a replay)."""
-    assert table.exact is not None
-    return sum(int(table.exact[c][:, 1:].sum()) for c in table.exact)
 
 
 def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
@@ -69,7 +63,8 @@ def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                   "summed_dl_exact": round(summed(choice), 6), "exact_summed_dl_exact": round(summed(exact_plan), 6),
                   "same_components_as_exact_plan": sum(a == b for c in COMPONENTS
                                                        for a, b in zip(choice[c], exact_plan[c], strict=True)),
-                  "exact_replays": exact_replays(profile.table), "rounds": meta["rounds"],
+                  "exact_replays": sum(r["entries"] for r in meta["rounds"] if r["stage"] == "exact"),
+                  "rounds": meta["rounds"],
                   "note": "wall_s and exact_wall_s: profiling alone (plan_for's phase; the exact table's measure_table)"})
 
 

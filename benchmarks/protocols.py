@@ -41,10 +41,10 @@ def plan_label(model: str) -> dict:
 TASKS = ("openbookqa", "arc_challenge", "winogrande", "piqa", "arc_easy", "boolq", "hellaswag")  # shortest first
 
 
-def zeroshot(model: str, keep: Path, data_dir: str | None) -> list[dict]:
-    """The 7 tasks in full for one model, a process per task; finished tasks are kept in `keep`."""
+def zeroshot(model: str, keep: Path, data_dir: str | None, tasks: list[str]) -> list[dict]:
+    """The tasks in full for one model, a process per task; finished tasks are kept in `keep`."""
     records = []
-    for task in TASKS:
+    for task in tasks:
         out = keep / f"{Path(model).name}-{task}.json"
         command = [GAPPRUNE, "eval", model, "--ppl", "", "--tasks", task, "--out", str(out),
                    *(["--data-dir", data_dir] if data_dir else [])]
@@ -66,13 +66,14 @@ def main() -> None:
     p.add_argument("--name", default="smollm2-135m", help="the base model's name in the records")
     p.add_argument("--zeroshot", action="store_true", help="the 7 tasks in full instead of perplexity")
     p.add_argument("--keep", default="runs/zeroshot", help="--zeroshot: folder of the per-task results")
+    p.add_argument("--tasks", default=",".join(TASKS), help="--zeroshot: the tasks (default: all 7)")
     args = p.parse_args()
     log = ResultLog(args.out)
     if args.zeroshot:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
         for model in args.models.split(","):
             label = plan_label(model)
-            for record in zeroshot(model, Path(args.keep), args.data_dir):
+            for record in zeroshot(model, Path(args.keep), args.data_dir, args.tasks.split(",")):
                 log.emit({"kind": "protocol_zeroshot", **record, "model": args.name, "folder": model,
                           "method": label["allocator"], "ratio": label["target_ratio"], **label})
         return

@@ -40,8 +40,8 @@ class HeadReference:
 LOGIT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk by default: 64 MB in float32
 LSE_TILE_ROWS = 1024  # rows per logsumexp tile by default; the vocabulary is cut to fit the tile's logits
 # Logits per logsumexp tile by device type (else LOGIT_CHUNK_ELEMENTS): on a CPU a 4 MB tile is still
-# in cache when its logsumexp reads it back (two cores, 4,096 rows: SmolLM2's head 1.35 s against
-# 1.94 s for 2,048 x 8,192 tiles, Qwen2.5-1.5B's 6.3 s against 8.4 s on 2,048 rows; §10 of
+# in cache when its logsumexp reads it back (two cores, 4,096 rows: SmolLM2's head 1.57 s against
+# 1.91 s for 2,048 x 8,192 tiles, Qwen2.5-1.5B's 5.4 s against 6.3 s on 2,048 rows; §10 of
 # docs/performance.md); a GPU wants its matmuls large.
 LSE_TILE_ELEMENTS = {"cpu": 1 << 20}
 
@@ -131,8 +131,8 @@ def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: i
     """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64.
 
     Outside any autocast: a replay's layers may run in bf16, but logits rounded to bf16 (8 bits of
-    mantissa on values near 20) move a position's logsumexp by ~0.03, more than a small option's ΔL
-    (SmolLM2, 1,024 tokens: median error 1.1% with a bf16 head, 0.34% with this float32 one)."""
+    mantissa on values near 20) move a position's logsumexp by a few hundredths, more than a small
+    option's ΔL per position."""
     with torch.autocast(hidden.device.type, enabled=False):
         return _metric_sums(norm, head, hidden, batch, reference, copies, chunk_rows)
 

@@ -54,8 +54,7 @@ def _cpu_flags() -> frozenset[str]:
 
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with
-    AVX-512-BF16 or AMX (SmolLM2 replays under bf16 autocast, one AVX-512-BF16 core: 1.67x; on
-    AVX2 alone bf16 is emulated and slower than float32)."""
+    AVX-512-BF16 or AMX (on AVX2 alone bf16 is converted in software and slower than float32)."""
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     return device.type == "cpu" and bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
