@@ -258,11 +258,15 @@ def protocols_section(records: list[dict], dense: list[dict]) -> list[str]:
     columns = [("llm-pruner", "wikitext2", 128), ("llm-pruner", "ptb", 128), ("slicegpt", "wikitext2", 2048)]
     whole = {(r["dataset"], r["seq_len"]): r["ppl"] for r in dense
              if r.get("split") == "test" and r.get("windows") in (2382, 148, 826, 51)}
+    measured = {(r["dataset"], r["seq_len"]): r["ppl"] for r in records if r.get("allocator") == "dense"}
+    whole.update(measured)  # the dense model measured under the protocol itself, where it was
+    records = [r for r in records if r.get("allocator") != "dense"]
     lines = ["## The papers' protocols: whole test sets", "",
              ("`gapprune ppl MODEL --protocol llm-pruner` (LLM-Pruner, FLAP, SlimLLM: WikiText-2 and PTB test sets whole, "
               "windows of 128 tokens) and `--protocol slicegpt` (SliceGPT, ShortGPT, SLEB: WikiText-2 test whole, windows "
               f"of 2,048); `python benchmarks/protocols.py` (records in `protocols.json`, machine {records[0]['machine']}, "
-              f"{records[0]['date']}). Dense rows: the whole-set records of `dense.json` (2026-11-29). CLI defaults "
+              f"{records[0]['date']}). Dense row: " + ("the protocol's own records where measured, else " if measured else "")
+              + "the whole-set records of `dense.json` (2026-11-29). CLI defaults "
               "(WikiText-2 calibration, obs, auto profiler, lsq)."), "",
              "| model | removed | WikiText-2, 128 | PTB, 128 | WikiText-2, 2048 |", "|---|---|---|---|---|",
              "| smollm2-135m | dense | " + " | ".join(f"{whole[(d, t)]:.2f}" if (d, t) in whole else "—"
