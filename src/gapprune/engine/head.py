@@ -80,8 +80,8 @@ def logsumexp_logits(normed: torch.Tensor, head: nn.Module, chunk_rows: int) -> 
     """lse(W n + b) in float32 for normed (N, h) -> (N,), in tiles of rows x a slice of the vocabulary.
 
     A tile holds at most `LSE_TILE_ELEMENTS` logits on a CPU, `LOGIT_CHUNK_ELEMENTS` elsewhere. Row
-    chunks over the whole vocabulary made that 110 rows of a 151,936-token head: a matmul far slower per row than one of 1,024 rows (one
-    replay's metric on 1,024 positions, two cores: 6.7 s against 5.0 with tiles, the same memory;
+    chunks over the whole vocabulary made that 110 rows of a 151,936-token head: a matmul far slower
+    per row than one of 1,024 rows (one replay's metric on 1,024 positions, two cores: 6.7 s against 5.0 with tiles, the same memory;
     `docs/performance.md` §9), and every replay pays it. So a tile keeps many rows (`chunk_rows`,
     by default up to `LSE_TILE_ROWS`) against a slice of the vocabulary, and the slices' lse are
     combined by one more lse: exact up to float32 rounding.

@@ -141,8 +141,8 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     Same replays and metric as the exact table, on a fraction of its tokens (128 of 1,024 by
     default) and of its options (every `screen_stride`-th column of its grid, the rest interpolated:
     ~5% of its time), in `screen_precision` (the metric always in float32), so it is valid wherever
-    the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block options). No entry is exact; the exact rounds may
-    measure any column of the exact grid, screened or not.
+    the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block
+    options). No entry is exact; the exact rounds may measure any column of the exact grid.
     """
     adapter = calibration.adapter
     layers = shard_layers(adapter.n_layers)
@@ -167,10 +167,12 @@ def screen_precision_of(adapter: ModelAdapter, config: PruneConfig) -> str:
 
 def auto_checkpoint(calibration: Calibration, config: PruneConfig, checkpoint_dir: Path | None) -> EntryCheckpoint:
     """Where the auto profiler keeps its screen and measured entries while it runs (keyed like the exact table)."""
+    precision = screen_precision_of(calibration.adapter, config)
     key = run_key({"fingerprint": calibration.fingerprint(config, TABLE_SETTINGS), "auto": True,
                    "screen_samples": config.screen_samples,
                    "screen_stride": screen_stride_of(calibration.adapter, config),
-                   "screen_precision": screen_precision_of(calibration.adapter, config),
+                   # named only when not float32, so a run killed before the option existed still resumes
+                   **({"screen_precision": precision} if precision != "float32" else {}),
                    "profile_tokens": calibration_tokens(calibration.profile_inputs),
                    # under torchrun every rank keeps its own: one rank clearing a finished run must not
                    # remove the folder another rank is still writing to
