@@ -3,16 +3,12 @@
 Each study is "load -> calibrate -> profile -> plan per setting -> pruned copy -> perplexity ->
 records"; a block below only says which runs it wants (`Run`). Resumable: what is in --out is skipped.
 
-  dense       full-split dense perplexity (--datasets, --seq-lens)              dense.json
   allocators  GAP and the 4 baselines at 4 ratios from one exact table          allocators.json
-  recovery    GAP 25/50%, compensation none / lsq / bias, then LoRA on lsq      recovery.json
-  ridge       the lsq ridge, on the validation splits                           compensation.json
-  methods     compensation-aware table, OBS, sequential lsq (auto profiler)    recovery.json
-  calib       data-free calibration (--calib self) vs WikiText-2 (--swap)      recovery.json
-  best        obs + sequential lsq, then LoRA; zero-shot                       recovery.json
   families    allocators, lsq, reload and zero-shot on another --model         allocators.json, families.json
-  refine      GAP with and without --refine                                    refine.json
   plans       recompute the allocator and recovery plans, compare them with the records
+
+The finished studies (dense, recovery, ridge, methods, calib, best, refine) left with their records standing:
+`git show 71bf743:benchmarks/compare.py` (docs/results_notes.md, "Scripts of finished studies").
 
     python benchmarks/compare.py allocators --data-dir ../shared/data
     python benchmarks/compare.py families --model gemma3-270m --data-dir ../shared/data
@@ -52,16 +48,6 @@ from gapprune.models import get_adapter
 from gapprune.pipeline import Calibration, Profile, allocate, calibrate, plan_for
 from gapprune.profiling.calibration import profile_settings
 from gapprune.profiling.tables import needs_loss_table
-from gapprune.tune.lora import TuneConfig, lora_tune
-
-OUT = {"dense": "dense", "allocators": "allocators", "recovery": "recovery", "ridge": "compensation",
-       "methods": "recovery", "calib": "recovery", "best": "recovery", "families": "allocators", "refine": "refine"}
-RIDGES = [("none", 0.0), ("bias", 0.0), ("lsq", 0.01), ("lsq", 0.1), ("lsq", 1.0), ("lsq", 10.0)]
-# method -> (criterion, compensation-aware table, compensate, sequential)
-METHODS = {"none": ("activation", False, "none", False), "lsq": ("activation", False, "lsq", False),
-           "sequential": ("activation", False, "lsq", True), "aware": ("activation", True, "lsq", False),
-           "obs": ("obs", False, "lsq", False), "obs+sequential": ("obs", False, "lsq", True),
-           "aware+sequential": ("activation", True, "lsq", True), "obs+aware+sequential": ("obs", True, "lsq", True)}
 
 
 @dataclass
@@ -72,9 +58,6 @@ class Run:
     config: dict[str, Any] | None = None  # bench_config overrides of the plan (ratio, allocator, compensate, ...)
     windows: list[Window] = field(default_factory=list)
     fields: dict[str, Any] = field(default_factory=dict)  # more fields for every record
-    fit: str | None = None  # fit the compensation on this calibration text (default: the plan's)
-    source: str | None = None  # start from this saved folder instead of a plan
-    lora: TuneConfig | None = None  # then tune with LoRA
     save: str | None = None  # save the model here (and load it from there when it exists)
     reload: dict[str, Any] | None = None  # after saving, a reload-check record with these fields
     zeroshot: int = 0  # lm-eval on the 7 tasks, first N examples each (0: none)
@@ -132,7 +115,7 @@ class Bench:
         model, fields = self.model, dict(run.fields)
         if run.save and Path(run.save).exists():
             model = load(run.save)[0]
-        elif run.source or run.config is not None:
+        elif run.config is not None:
             model, fields, plan = self.build(run, fields)
             if run.save:
                 save(model, self.tokenizer, run.save, extras=(lambda f: plan.save(f / "plan.json")) if plan else None)
@@ -149,42 +132,28 @@ class Bench:
                 self.extra.emit({**r, **run.zeroshot_labels})
 
     def build(self, run: Run, fields: dict[str, Any]):  # type: ignore[no-untyped-def]
-        """The run's model: pruned by its plan and compensated, or loaded; then LoRA-tuned."""
-        plan = None
-        if run.source:
-            model = load(run.source)[0]
-        else:
-            config = replace(self.base, **(run.config or {}))
-            start = time.perf_counter()
-            plan, profile = self.plan(config)
-            fit = self.calibration(replace(config, calib=run.fit) if run.fit else config)
-            sequential = fit.inputs if config.sequential and config.compensate != "none" else None
-            model, summary = pruned_copy(self.model, plan, config.compensate, fit.gram, config.ridge, sequential)
-            info = plan.summary["allocation_info"]
-            fields.update(achieved_ratio=plan.summary["achieved_ratio"], decoder_ratio=plan.summary["decoder_ratio"],
-                          exact_entries=profile.table.n_exact(), compensation_s=summary["wall_s"],
-                          applied=summary.get("applied"), kept_original=summary.get("kept_original"),
-                          wall_s=summary["wall_s"], plan_s=round(time.perf_counter() - start - summary["wall_s"], 1),
-                          **{k: info[k] for k in ("refine_history", "refine_helped") if k in info})
-            if getattr(self.args, "phases", False):
-                self.extra.emit({**run.labels, "kind": "phase", "phase": "surgery", "wall_s": summary["wall_s"],
-                                 "predicted_loss": plan.summary["predicted_loss"],
-                                 "kept_heads": [len(lp.attn.kept) for lp in plan.layers],
-                                 "kept_channels": [len(lp.mlp.kept) for lp in plan.layers]})
-        if run.lora is not None:
-            model, result = lora_tune(model, self.tokenizer, run.lora)
-            fields.update(wall_s=result.wall_s, lora_steps=result.steps, lora_examples=result.examples_seen,
-                          lora_batch=run.lora.batch_size, cutoff=run.lora.cutoff, rank=run.lora.rank, lr=run.lora.lr,
-                          val_loss=result.val_loss)
+        """The run's model: pruned by its plan and compensated."""
+        config = replace(self.base, **(run.config or {}))
+        start = time.perf_counter()
+        plan, profile = self.plan(config)
+        fit = self.calibration(config)
+        sequential = fit.inputs if config.sequential and config.compensate != "none" else None
+        model, summary = pruned_copy(self.model, plan, config.compensate, fit.gram, config.ridge, sequential)
+        info = plan.summary["allocation_info"]
+        fields.update(achieved_ratio=plan.summary["achieved_ratio"], decoder_ratio=plan.summary["decoder_ratio"],
+                      exact_entries=profile.table.n_exact(), compensation_s=summary["wall_s"],
+                      applied=summary.get("applied"), kept_original=summary.get("kept_original"),
+                      wall_s=summary["wall_s"], plan_s=round(time.perf_counter() - start - summary["wall_s"], 1),
+                      **{k: info[k] for k in ("refine_history", "refine_helped") if k in info})
+        if getattr(self.args, "phases", False):
+            self.extra.emit({**run.labels, "kind": "phase", "phase": "surgery", "wall_s": summary["wall_s"],
+                             "predicted_loss": plan.summary["predicted_loss"],
+                             "kept_heads": [len(lp.attn.kept) for lp in plan.layers],
+                             "kept_channels": [len(lp.mlp.kept) for lp in plan.layers]})
         return model, fields, plan
 
 
 # ---- the studies: which runs, with which settings ----
-
-def dense(a: Any, b: Bench) -> Iterator[Run]:
-    yield Run({"model": a.model}, windows=[Window(d, int(t), None) for d in a.datasets.split(",")
-                                           for t in a.seq_lens.split(",")])
-
 
 def allocators(a: Any, b: Bench) -> Iterator[Run]:
     crit = {"kind": "ppl", "criterion": b.base.criterion}
@@ -200,73 +169,6 @@ def allocators(a: Any, b: Bench) -> Iterator[Run]:
     for name in ["gap", min(cells, key=lambda r: r["ppl"])["allocator"]]:
         yield Run({**crit, "allocator": name, "target_ratio": 0.25}, {"ratio": 0.25, "allocator": name},
                   [Window("wikitext2", 128, None)])
-
-
-def lora(a: Any, steps: int, eval_every: int) -> TuneConfig:
-    return TuneConfig(data="alpaca", data_dir=a.data_dir, max_steps=steps, batch_size=a.lora_batch, val_examples=32,
-                      eval_every=eval_every, save_every=10**9)
-
-
-def recovery(a: Any, b: Bench) -> Iterator[Run]:
-    windows = [Window(d, windows=a.windows) for d in DATASETS]
-    yield Run({"ratio": 0.0, "stage": "dense"}, None, windows, {"wall_s": None})
-    for ratio in (0.25, 0.5):
-        folder = f"{a.folders}/gap{int(ratio * 100)}"
-        for stage in ("none", "lsq", "bias"):
-            lsq = stage == "lsq"
-            yield Run({"ratio": ratio, "stage": stage}, {"ratio": ratio, "compensate": stage, "ridge": a.ridge},
-                      windows, save=folder + "_lsq" if lsq else None,
-                      reload={"ratio": ratio, "stage": "reload", "dataset": "-"} if lsq else None)
-        yield Run({"ratio": ratio, "stage": "lora"}, windows=windows, source=folder + "_lsq",
-                  lora=lora(a, a.lora_steps or 150, 50), save=folder + "_lora")
-
-
-def ridge(a: Any, b: Bench) -> Iterator[Run]:
-    windows = [Window(d, 128, a.windows, "validation") for d in DATASETS]
-    for ratio in (0.25, 0.5):
-        for method, value in RIDGES:
-            yield Run({"ratio": ratio, "method": method, "ridge": value}, {"ratio": ratio, "compensate": method,
-                                                                          "ridge": value}, windows)
-
-
-def methods(a: Any, b: Bench) -> Iterator[Run]:
-    for ratio in a.ratio_list or (0.25, 0.5):
-        for method in a.methods.split(","):
-            criterion, aware, compensate, sequential = METHODS[method]
-            yield Run({"kind": "methods", "method": method, "ratio": ratio, "calib_samples": a.calib_samples},
-                      {"ratio": ratio, "criterion": criterion, "compensation_aware": aware, "compensate": compensate,
-                       "sequential": sequential}, [Window(d, windows=a.windows) for d in DATASETS],
-                      {"criterion": criterion, "table": "compensation-aware" if aware else "plain",
-                       "compensate": compensate, "sequential": sequential, "profiler": "auto"})
-
-
-def calib(a: Any, b: Bench) -> Iterator[Run]:
-    calibs = a.calibs.split(",")
-    for plan_text, fit in [(c, c) for c in calibs] + ([(x, y) for x in calibs for y in calibs if x != y] if a.swap else []):
-        yield Run({"kind": "calib", "calib": plan_text, "fit": fit, "ratio": a.ratio},
-                  {"ratio": a.ratio, "calib": plan_text}, [Window(d, windows=a.windows) for d in DATASETS],
-                  {"criterion": "obs", "compensate": "lsq", "sequential": True, "profiler": "auto"}, fit=fit)
-
-
-def best(a: Any, b: Bench) -> Iterator[Run]:
-    dense_shots = [r for r in json.loads(Path(a.dense_eval).read_text()) if r["ratio"] == 0.0 and r["limit"] == a.limit]
-    complete = {r["task"] for r in dense_shots} == set(TASKS)
-    for r in dense_shots if complete else []:  # the dense model's zero-shot, measured before at the same limit
-        if not b.log.done(kind="zeroshot", method="dense", task=r["task"]):
-            b.log.emit({"kind": "zeroshot", "method": "dense", "ratio": 0.0, **{k: r[k] for k in (
-                "task", "metric", "value", "stderr", "limit")}, "measured": f"{r['date']}, {r['command']}"})
-    if not complete:
-        yield Run({"kind": "methods", "method": "dense"}, zeroshot=a.limit,
-                  zeroshot_labels={"kind": "zeroshot", "method": "dense", "ratio": 0.0})
-    method, folder = "obs+sequential", f"{a.folders}/gap{int(a.ratio * 100)}_obs_sequential"
-    labels = {"kind": "methods", "method": method, "ratio": a.ratio}
-    yield Run(labels, {"ratio": a.ratio}, [Window(d, windows=a.windows) for d in DATASETS],
-              {"criterion": "obs", "compensate": "lsq", "sequential": True}, save=folder,
-              zeroshot=a.limit if a.zeroshot_before else 0, zeroshot_labels={**labels, "kind": "zeroshot"})
-    labels = {**labels, "method": method + "+lora"}
-    yield Run(labels, windows=[Window(d, windows=a.windows) for d in DATASETS], source=folder,
-              lora=lora(a, a.lora_steps or 300, 100), save=folder + "_lora", zeroshot=a.limit,
-              zeroshot_labels={**labels, "kind": "zeroshot"})
 
 
 def families(a: Any, b: Bench) -> Iterator[Run]:
@@ -316,12 +218,6 @@ def exact_check(a: Any, b: Bench, ratios: list[float]) -> None:
                       "exact_plan_exact_loss": best_.predicted_loss(exact)})
 
 
-def refine(a: Any, b: Bench) -> Iterator[Run]:
-    for name, rounds in (("gap", 0), ("gap+refine", a.rounds)):
-        yield Run({"plan": name, "target_ratio": a.ratio, "rounds": rounds}, {"ratio": a.ratio, "refine": rounds},
-                  [Window("wikitext2")])
-
-
 def plans(a: Any, b: Bench) -> Iterator[Run]:
     """Kept heads and channels per layer of every allocator plan against allocators.json; the recovery and
     ridge plans are the gap ones at 25% and 50% (same profile), whose achieved ratios recovery.json holds."""
@@ -347,7 +243,7 @@ def plans(a: Any, b: Bench) -> Iterator[Run]:
     return iter(())
 
 
-STUDIES = {f.__name__: f for f in (dense, allocators, recovery, ridge, methods, calib, best, families, refine, plans)}
+STUDIES = {f.__name__: f for f in (allocators, families, plans)}
 
 
 def main() -> None:
@@ -360,21 +256,10 @@ def main() -> None:
     p.add_argument("--ratio-of", default="decoder", help="families: model or decoder, what the ratios are of")
     p.add_argument("--windows", type=int, default=None, help="first N windows of 128 tokens per split")
     p.add_argument("--datasets", default=",".join(DATASETS))
-    p.add_argument("--seq-lens", default="128,2048")
     p.add_argument("--calib-samples", type=int, default=CALIBRATION["calib_samples"])
     p.add_argument("--profile-samples", type=int, default=CALIBRATION["profile_samples"])
     p.add_argument("--mlp-stride", type=int, default=CALIBRATION["mlp_stride"])
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--calibs", default="self,wikitext2")
     p.add_argument("--calib", default=None, help="families --defaults: calibration text, e.g. wikitext2+ptb")
-    p.add_argument("--swap", action="store_true", help="calib: also each plan compensated on the other text")
-    p.add_argument("--rounds", type=int, default=1, help="refine rounds")
-    p.add_argument("--ridge", type=float, default=1.0)
-    p.add_argument("--lora-steps", type=int, default=None, help="default 150 (recovery), 300 (best)")
-    p.add_argument("--lora-batch", type=int, default=4)
-    p.add_argument("--limit", type=int, default=500, help="best: zero-shot examples per task")
-    p.add_argument("--zeroshot-before", action="store_true", help="best: also score the model before LoRA")
-    p.add_argument("--dense-eval", default="docs/results/eval.json", help="best: dense zero-shot records to reuse")
     p.add_argument("--zeroshot-limit", type=int, default=100, help="families: examples per task (0: no zero-shot)")
     p.add_argument("--zeroshot-only", action="store_true", help="families: skip the perplexities")
     p.add_argument("--lsq-only", action="store_true", help="families: every allocator with the default lsq only")
@@ -389,18 +274,17 @@ def main() -> None:
                         "the benchmarks' calibration block; a `gapprune prune` folder then serves as --profile")
     a = p.parse_args()
     study = a.study
-    a.out = a.out or f"docs/results/{OUT.get(study, 'allocators')}.json"
-    a.windows = a.windows or {"ridge": 64, "families": 64}.get(study, 256)
+    a.out = a.out or "docs/results/allocators.json"
+    a.windows = a.windows or (64 if study == "families" else 256)
     a.ratio_list = [float(r) for r in a.ratios.split(",")] if a.ratios else None
     a.phases = study == "allocators"
     if study == "families":
         a.extra_out = a.extra_out or "docs/results/families.json"
-    a.folders = a.folders or {"best": "runs/recovery_best", "families": "runs/families"}.get(study, "runs")
-    shared = study in ("allocators", "recovery", "ridge", "refine", "plans")  # the shared exact profile
+    a.folders = a.folders or ("runs/families" if study == "families" else "runs")
+    shared = study in ("allocators", "plans")  # the shared exact profile
     base = bench_config(a.data_dir, profiler="exact" if shared else "auto", calib_samples=a.calib_samples,
                         profile_samples=a.profile_samples, mlp_stride=a.mlp_stride, sequential=not shared,
                         ratio_of=a.ratio_of if study == "families" else "model",
-                        **({"criterion": "obs", "compensate": "lsq"} if study in ("calib", "best") else {}),
                         **({"compensate": "lsq"} if study == "families" else {}))
     profile = a.profile or (PROFILE if shared else f"{a.folders}/{Path(a.model).name}-profile" if study == "families"
                             else None)
