@@ -114,7 +114,7 @@ def cells(values: tuple[float | None, ...], calib: str | None = None) -> str:
 
 # (model, what the ratio is of, windows of 128 tokens, ratios, calibration text)
 STUDIES = [("smollm2-135m", "model", 256, (0.25, 0.5), "wikitext2"), ("smollm2-135m", "model", 256, (0.25, 0.5), "c4"),
-           ("qwen2.5-coder-1.5b", "decoder", 64, (0.25, 0.5), "wikitext2")]
+           ("qwen2.5-coder-1.5b", "decoder", 64, (0.25, 0.5), "wikitext2"), ("qwen2.5-coder-1.5b", "decoder", 64, (0.25,), "c4")]
 
 
 def results(records: Records) -> str:

@@ -214,27 +214,48 @@ def calibration_of(record: dict) -> str:
 
 def calibration_domain_section(records: list[dict]) -> list[str]:
     """GAP and the baselines (all with lsq) calibrated on C4 and on WikiText-2, on three evaluation texts."""
+    models = dict.fromkeys((r["model"], r["windows"], r.get("ratio_of", "model")) for r in records
+                           if r.get("kind") == "ppl" and r.get("calibration") == "c4")
+    if not models:
+        return []
+    lines = ["## Calibration text: C4 (web text) against WikiText-2", ""]
+    for model, windows, ratio_of in models:
+        lines += domain_table(records, model, windows, ratio_of, first=len(lines) == 2)
+    return lines
+
+
+def domain_table(records: list[dict], model: str, windows: int, ratio_of: str, first: bool) -> list[str]:
+    """One model's table: per ratio and calibration text, each allocator on the three texts, and GAP's margin."""
+    def same_run(r: dict) -> bool:
+        return (r.get("kind") == "ppl" and r.get("model") == model and r.get("windows") == windows
+                and r.get("ratio_of", "model") == ratio_of)
+
     cells: dict[tuple, dict] = {}
     for r in records:
-        if (r.get("kind") == "ppl" and r.get("model") == "smollm2-135m" and r.get("windows") == 256
-                and r.get("compensate") == "lsq" and r.get("criterion") == "obs" and r.get("profiler") == "auto"):
+        if same_run(r) and r.get("compensate") == "lsq" and r.get("criterion") == "obs" and r.get("profiler") == "auto":
             cells[(r["target_ratio"], r["allocator"], calibration_of(r), r["dataset"])] = r
-    if not any(key[2] == "c4" for key in cells):
-        return []
-    dense = {r["dataset"]: r["ppl"] for r in records if r.get("kind") == "ppl" and r.get("model") == "smollm2-135m"
-             and r.get("allocator") == "dense" and r.get("windows") == 256}
+    dense = {r["dataset"]: r["ppl"] for r in records if same_run(r) and r.get("allocator") == "dense"}
     sets = ["wikitext2", "ptb", "c4"]
     c4 = next(r for key, r in cells.items() if key[2] == "c4")
-    lines = ["## Calibration text: C4 (web text) against WikiText-2", "",
-             (f"Machine: {c4['machine']}; date {c4['date']}. Command: `{c4['command']}`, and the same with "
-              "`--calib wikitext2 --datasets c4` into runs/smol-wikitext2 (its WikiText-2 and PTB cells are the CLI-defaults "
-              "rows of 2026-12-02 in the per-model section, same settings). "
-              "SmolLM2-135M, CLI defaults (obs, auto profiler, sequential lsq after every allocation); the calibration "
-              "text decides the unit scores, the loss table and the lsq fit. Perplexity on the first 256 windows of "
-              "128 tokens of each evaluation split (C4: validation documents joined). An asterisk marks the text the "
-              "model was calibrated on. Dense: " + " / ".join(f"{dense.get(d, float('nan')):.2f}" for d in sets) + "."),
-             "", "| removed | allocator | calibrated on | WikiText-2 | PTB | C4 |", "|---|---|---|---|---|---|"]
-    for ratio in sorted({k[0] for k in cells}):
+    wt2 = sorted({r["date"] for key, r in cells.items() if key[2] == "wikitext2" and key[3] != "c4"})
+    of = "of the model" if ratio_of == "model" else "of the decoder layers"
+    name = {"smollm2-135m": "SmolLM2-135M"}.get(model, f"`{model}`")
+    if first:
+        other = (f", and the same with `--calib wikitext2 --datasets c4` into runs/smol-wikitext2 (its WikiText-2 and PTB "
+                 f"cells are the CLI-defaults rows of {', '.join(wt2)} in the per-model section, same settings). ")
+    else:  # the WikiText-2 side measured by the same study (records labelled `calibration`), else older rows
+        labelled = [r for key, r in cells.items() if key[2] == "wikitext2" and r.get("calibration") == "wikitext2"]
+        other = (f"; the WikiText-2-calibrated rows: `{labelled[0]['command']}` ({labelled[0]['date']}). " if labelled else
+                 ". WikiText-2-calibrated rows: the CLI-defaults rows of " + ", ".join(wt2) + " in the per-model section. ")
+    lines = [] if first else [f"### {name}, ratios {of}", ""]
+    lines += [(f"Machine: {c4['machine']}; date {c4['date']}. Command: `{c4['command']}`{other}"
+               + (f"{name}, CLI defaults (obs, auto profiler, sequential lsq after every allocation); the calibration "
+                  "text decides the unit scores, the loss table and the lsq fit. Perplexity on the first "
+                  f"{windows} windows of 128 tokens of each evaluation split (C4: validation documents joined). An "
+                  "asterisk marks the text the model was calibrated on. Dense: "
+                  + " / ".join(f"{dense.get(d, float('nan')):.2f}" for d in sets) + ".")),
+              "", "| removed | allocator | calibrated on | WikiText-2 | PTB | C4 |", "|---|---|---|---|---|---|"]
+    for ratio in sorted({k[0] for k in cells if k[2] == "c4"}):  # the ratios the C4 side measured
         for calib in ("c4", "wikitext2"):
             for allocator in ("gap", "uniform", "depth", "owl"):
                 row = [cells.get((ratio, allocator, calib, d)) for d in sets]
