@@ -8,6 +8,11 @@ from typing import Any
 from gapprune.config import config_fields
 
 
+def literal_help(text: str) -> str:
+    """Help text as argparse prints it: a config's help is prose ("9-13% faster"), not a %-format."""
+    return text.replace("%", "%%")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
                      optional: tuple[str, ...] = ()) -> None:
     """One flag per config field; fields in `optional` default to None (the command fills them in)."""
@@ -17,9 +22,9 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str
         required = required and name not in optional
         flag = "--" + name.replace("_", "-")
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=literal_help(help_text))
         else:
-            parser.add_argument(flag, type=kind, default=default, required=required, help=help_text)
+            parser.add_argument(flag, type=kind, default=default, required=required, help=literal_help(help_text))
 
 
 def config_from(args: argparse.Namespace, cls: type) -> Any:

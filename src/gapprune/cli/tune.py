@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gapprune.cli.flags import literal_help
 from gapprune.config import config_fields
 
 
@@ -29,7 +30,7 @@ def _add_union_flags(parser: argparse.ArgumentParser, configs: dict[str, type]) 
         if len(defaults) == 1:
             shown = f"{next(iter(defaults))} only; default: {next(iter(defaults.values()))}"
         flag = "--" + name.replace("_", "-")
-        help_text = f"{entry['help']} ({shown})"
+        help_text = literal_help(f"{entry['help']} ({shown})")
         if entry["kind"] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
