@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from datetime import date
@@ -48,6 +49,19 @@ def machine(device: str = "cpu") -> str:
     return f"{where}, torch {torch.__version__}"
 
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def portable_command(argv: list[str]) -> str:
+    """The command as a reader runs it from the repository root: absolute paths (this machine's) become
+    relative to the root, e.g. `--data-dir /home/me/shared/data` -> `--data-dir ../shared/data`."""
+    def portable(arg: str) -> str:
+        flag, eq, value = arg.rpartition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
+        return flag + eq + (os.path.relpath(value, REPOSITORY) if value.startswith("/") else value)
+
+    return "python " + " ".join(portable(a) for a in argv)
+
+
 class ResultLog:
     """A list of flat records in a JSON file, rewritten after each record so a killed run keeps its results.
 
@@ -60,7 +74,7 @@ class ResultLog:
     def __init__(self, path: str | Path, device: str = "cpu") -> None:
         self.path = Path(path)
         self.records: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
-        self.meta = {"date": str(date.today()), "machine": machine(device), "command": "python " + " ".join(sys.argv)}
+        self.meta = {"date": str(date.today()), "machine": machine(device), "command": portable_command(sys.argv)}
 
     def emit(self, record: dict[str, Any]) -> None:
         """Append to the file as it is now: records another run wrote since this one started stay."""

@@ -25,3 +25,11 @@ def test_two_logs_on_one_file_keep_each_others_records(tmp_path: Path) -> None:
     assert all({"date", "machine", "command"} <= r.keys() for r in records)
     assert ResultLog(path).done(run="short") and not ResultLog(path).done(run="other")
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_recorded_commands_name_no_path_of_this_machine() -> None:
+    root = _common.REPOSITORY
+    argv = [str(root / "benchmarks" / "protocols.py"), "--out", str(root / "docs" / "results" / "p.json"),
+            f"--data-dir={root.parent / 'shared' / 'data'}", "--models", "runs/x"]
+    assert _common.portable_command(argv) == ("python benchmarks/protocols.py --out docs/results/p.json "
+                                              "--data-dir=../shared/data --models runs/x")
