@@ -7,7 +7,8 @@ Each model is measured by `gapprune ppl MODEL --protocol P` (whole test sets, th
 length) in a fresh process; records carry the protocol, the model and its plan's ratio and allocator.
 `--zeroshot` instead runs the llm-pruner protocol's 7 tasks without a limit, one task per process
 (`gapprune eval MODEL --ppl '' --tasks T --out F`), so an interrupted run keeps every finished task:
-with `--keep DIR` a task whose F already lies in DIR is recorded from it, not run again.
+with `--keep DIR` a task whose F already lies in DIR is recorded from it, not run again, and a task
+stopped midway resumes from the requests answered so far (`gapprune eval --resume DIR/requests`).
 
     python benchmarks/protocols.py --zeroshot --models smollm2-135m,runs/smollm2-gap-25 --keep runs/zs \
         --out docs/results/protocols.json
@@ -47,6 +48,7 @@ def zeroshot(model: str, keep: Path, data_dir: str | None, tasks: list[str]) -> 
     for task in tasks:
         out = keep / f"{Path(model).name}-{task}.json"
         command = [GAPPRUNE, "eval", model, "--ppl", "", "--tasks", task, "--out", str(out),
+                   "--resume", str(keep / "requests"),
                    *(["--data-dir", data_dir] if data_dir else [])]
         wall = None
         if not out.is_file():

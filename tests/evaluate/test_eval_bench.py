@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from gapprune.evaluate.zeroshot import (
     TASKS,
     TYPICAL_TOKENS,
     default_batch_size,
+    weights_fingerprint,
     zero_shot,
 )
 
@@ -46,6 +48,36 @@ def test_lm_eval_runs_offline_on_local_files(tiny_with_tokenizer, data_dir):
     assert [r["task"] for r in records] == ["piqa", "arc_challenge", "winogrande"]
     assert [r["metric"] for r in records] == ["acc", "acc_norm", "acc"]
     assert all(0 <= r["value"] <= 1 and r["limit"] == 4 for r in records)
+
+
+def test_a_resumed_evaluation_answers_only_the_requests_it_has_not_answered(tiny_with_tokenizer, data_dir, tmp_path):
+    model, tokenizer = tiny_with_tokenizer
+    rows_seen: list[int] = []
+
+    def count_rows(_module, args, kwargs):
+        rows_seen.append(len(args[0] if args else kwargs["input_ids"]))
+
+    model.register_forward_pre_hook(count_rows, with_kwargs=True)
+    first = zero_shot(model, tokenizer, ["piqa"], data_directory=data_dir, limit=2, batch_size=1, resume=tmp_path)
+    assert sum(rows_seen) == 4  # two questions, two answers each
+    rows_seen.clear()
+    resumed = zero_shot(model, tokenizer, ["piqa"], data_directory=data_dir, limit=4, batch_size=1, resume=tmp_path)
+    assert sum(rows_seen) == 4  # the two new questions only
+    rows_seen.clear()
+    again = zero_shot(model, tokenizer, ["piqa"], data_directory=data_dir, limit=2, batch_size=1, resume=tmp_path)
+    assert rows_seen == [] and again[0]["value"] == first[0]["value"]
+    fresh = zero_shot(model, tokenizer, ["piqa"], data_directory=data_dir, limit=4, batch_size=1)
+    assert fresh[0]["value"] == resumed[0]["value"]
+
+
+def test_answers_cached_for_one_model_are_not_served_to_another(tiny_with_tokenizer):
+    model, _ = tiny_with_tokenizer
+    before = weights_fingerprint(model)
+    assert weights_fingerprint(copy.deepcopy(model)) == before
+    assert weights_fingerprint(copy.deepcopy(model).to(torch.bfloat16)) != before
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[0, 0] += 1e-3
+    assert weights_fingerprint(model) != before
 
 
 def test_large_vocabularies_get_smaller_zero_shot_batches():

@@ -109,6 +109,9 @@ class EvalCommand:
         p.add_argument("--data-dir", default=None)
         p.add_argument("--device", default="cpu")
         add_dtype_flag(p)
+        p.add_argument("--resume", default=None, metavar="DIR",
+                       help="keep every answered zero-shot request in DIR (one file per model's weights), so a "
+                       "stopped evaluation resumes where it stopped when run again with the same DIR")
         p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
         p.set_defaults(run=EvalCommand.run)
 
@@ -136,6 +139,7 @@ class EvalCommand:
         records = [{**r, **label} for r in eval_records(
             model, tokenizer, args.model, datasets=datasets, tasks=tasks, seq_len=seq_len,
             max_windows=args.max_windows, limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
+            resume=args.resume,
         )]
         table = eval_table(records)
         print(table)

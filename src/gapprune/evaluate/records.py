@@ -36,8 +36,10 @@ def eval_records(
     limit: int | None = None,
     batch_size: int | None = None,
     data_dir: str | None = None,
+    resume: str | None = None,
 ) -> list[Record]:
-    """Perplexity on `datasets`, then zero-shot accuracy on `tasks` (lm-eval), one record each."""
+    """Perplexity on `datasets`, then zero-shot accuracy on `tasks` (lm-eval), one record each;
+    `resume`: the folder of answered zero-shot requests (`zero_shot`)."""
     from gapprune.evaluate.perplexity import evaluate_ppl
 
     records = [ppl_record(model_name, evaluate_ppl(model, tokenizer, dataset, seq_len=seq_len, max_windows=max_windows,
@@ -45,7 +47,8 @@ def eval_records(
     if tasks:
         from gapprune.evaluate.zeroshot import zero_shot
 
-        rows = zero_shot(model, tokenizer, list(tasks), data_directory=data_dir, limit=limit, batch_size=batch_size)
+        rows = zero_shot(model, tokenizer, list(tasks), data_directory=data_dir, limit=limit, batch_size=batch_size,
+                         resume=resume)
         records += [{"model": model_name, **row} for row in rows]
     return records
 

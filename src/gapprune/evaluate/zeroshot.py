@@ -9,6 +9,7 @@ HellaSwag, ARC-c, OpenBookQA.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data.sources import data_dir as resolve_data_dir
@@ -107,9 +109,14 @@ def zero_shot(
     limit: int | None = None,
     batch_size: int | None = None,
     seed: int = 0,
+    resume: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Accuracy per task as flat records {"task", "metric", "value", "stderr", "limit"}; `batch_size`
-    None: `default_batch_size` of the model's vocabulary."""
+    None: `default_batch_size` of the model's vocabulary.
+
+    `resume`: a folder where lm-eval keeps every answered request (its SQLite cache, one file per
+    model's weights, `weights_fingerprint`), so an evaluation that was stopped starts again where it
+    stopped: HellaSwag in full is 40,168 requests, hours on a CPU."""
     try:
         from lm_eval import simple_evaluate
         from lm_eval.models.huggingface import HFLM
@@ -122,10 +129,14 @@ def zero_shot(
         manager = TaskManager(include_path=folder, include_defaults=True)
         batch_size = batch_size or default_batch_size(int(model.config.vocab_size))
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+        cache = None
+        if resume is not None:
+            Path(resume).mkdir(parents=True, exist_ok=True)
+            cache = str(Path(resume) / f"requests-{weights_fingerprint(model)}")  # lm-eval adds "_rank0.db"
         results = simple_evaluate(
             model=lm, tasks=[PREFIX + t for t in tasks], task_manager=manager, limit=limit,
             random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-            log_samples=False,
+            log_samples=False, use_cache=cache,
         )
     records = []
     for name in tasks:
@@ -136,3 +147,15 @@ def zero_shot(
             "stderr": float(row.get(f"{metric}_stderr,none", float("nan"))), "limit": limit,
         })
     return records
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of every parameter's name, shape, dtype and two float64 sums: answers cached for
+    one model are never served to another (lm-eval keys its cache by the request alone)."""
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            sums = (float(tensor.sum(dtype=torch.float64)), float(tensor.abs().sum(dtype=torch.float64))) \
+                if tensor.is_floating_point() else (float(tensor.double().sum()), 0.0)
+            digest.update(json.dumps([name, list(tensor.shape), str(tensor.dtype), *sums]).encode())
+    return digest.hexdigest()[:16]
