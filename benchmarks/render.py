@@ -1,15 +1,8 @@
 """Render docs/results.md (tables, linking docs/results_notes.md for their readings) and docs/results/allocators_ppl.png from
-the JSON records in docs/results/.
+the JSON records in docs/results/ that running studies still write; the tables of finished studies are
+text in docs/results_finished.md.
 
-With --eval / --bench, first collect `gapprune eval` / `gapprune bench` outputs into eval.json and
-bench.json: each record gains the model's pruning ratio (from the folder's plan.json; 0 for the
-dense model), the command that produced it, date and machine. The measurements come from:
-
-    gapprune eval MODEL --ppl "" --tasks boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa \
-        --limit 500 --data-dir ../shared/data --out runs/eval500_NAME.json
-    gapprune bench runs/gap25_lsq --vs smollm2-135m --repeats 5 --out runs/bench_gap25.json
-
-    python benchmarks/render.py [--eval runs/eval500_*.json --bench runs/bench_*.json --date 2026-11-29]
+    python benchmarks/render.py
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from common import ALLOCATOR_WINDOWS, ALLOCATORS, TASKS, machine
+from common import ALLOCATOR_WINDOWS, ALLOCATORS, TASKS
 
 RESULTS = Path("docs/results")
 
@@ -184,29 +177,6 @@ def gap_change(cells: dict, compensate: str, ratio: float, baselines: list[str])
     return " / ".join(out)
 
 
-def calib_section(records: list[dict]) -> list[str]:
-    records = [r for r in records if r.get("kind") == "calib"]
-    if not records:
-        return []
-    meta = records[0]
-    cells = {(r["calib"], r.get("fit", r["calib"]), r["dataset"]): r["ppl"] for r in records}
-    lines = ["## Data-free calibration (`--calib self`) vs WikiText-2 calibration", "",
-             (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}` (the crossed rows with "
-             f"`--swap`). SmolLM2-135M, GAP at {100 * meta['ratio']:.0f}%, auto profiler, obs, sequential lsq, 32 "
-             "windows x 128 tokens (ΔL on the first 4); only the calibration text differs: the plan's (scores, loss "
-             "table) and the one lsq is fitted on. Perplexity on the first 256 windows of 128 tokens."), "",
-             "| plan from | lsq fitted on | WikiText-2 | PTB | vs WikiText-2 for both |", "|---|---|---|---|---|"]
-    ref = (cells.get(("wikitext2", "wikitext2", "wikitext2")), cells.get(("wikitext2", "wikitext2", "ptb")))
-    for calib, fit in dict.fromkeys((r["calib"], r.get("fit", r["calib"])) for r in records):
-        w, p = cells.get((calib, fit, "wikitext2")), cells.get((calib, fit, "ptb"))
-        if w is None or p is None:
-            continue
-        same = calib == fit == "wikitext2"
-        vs = f"{100 * (w / ref[0] - 1):+.1f}% / {100 * (p / ref[1] - 1):+.1f}%" if all(ref) and not same else ""
-        lines.append(f"| {calib} | {fit} | {w:.2f} | {p:.2f} | {vs} |")
-    return lines + [""]
-
-
 def calibration_of(record: dict) -> str:
     """The calibration text of a record (older records: `calib`, else that day's default, WikiText-2)."""
     return str(record.get("calibration") or record.get("calib") or "wikitext2")
@@ -322,42 +292,6 @@ def protocol_zeroshot_section(records: list[dict]) -> list[str]:
         lines.append(f"| {shots[0]['model']} | {label} | " + " | ".join(
             f"{100 * acc[t]:.2f}" if t in acc else "—" for t in ZEROSHOT_TASKS) + f" | {mean} |")
     return lines + [""]
-
-
-def recovery_best_section(records: list[dict]) -> list[str]:
-    ppl = [r for r in records if r.get("kind") == "methods" and r["method"].startswith("obs+sequential")
-           and "lora" in r["method"]]
-    shots: dict[str, dict[str, dict]] = {}
-    for r in records:
-        if r.get("kind") == "zeroshot" and not tuning_method(r):
-            shots.setdefault(r["method"], {})[r["task"]] = r
-    if not ppl and not shots:
-        return []
-    meta = (ppl or [next(iter(next(iter(shots.values())).values()))])[0]
-    lines = ["## Recovery from the best one-shot setting (obs + sequential lsq, then LoRA)", "",
-             (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. SmolLM2-135M, GAP at 25% "
-             "(auto profiler, benchmark calibration, obs, sequential lsq), then LoRA on Alpaca.")]
-    lora = next((r for r in ppl if r.get("lora_steps")), None)
-    if lora:
-        lines[-1] += (f" LoRA: {lora['lora_steps']} steps x {lora['lora_batch']} examples ({lora['lora_examples']} "
-                      f"examples, cutoff {lora['cutoff']}, rank {lora['rank']}, lr {lora['lr']}), float32 on the CPU, "
-                      f"{lora['wall_s']:.0f} s; validation loss by step: "
-                      + ", ".join(f"{s}: {v:.3f}" for s, v in lora["val_loss"]) + ".")
-    lines += [""]
-    if ppl:
-        lines += ["| stage | WikiText-2 | PTB |", "|---|---|---|"]
-        by = {(r["method"], r["dataset"]): r["ppl"] for r in records
-              if r.get("kind") == "methods" and r["ratio"] == ppl[0]["ratio"] and r.get("calib_samples", 32) == 32}
-        for method in ("obs+sequential", "obs+sequential+lora"):
-            if (method, "wikitext2") in by and (method, "ptb") in by:
-                lines.append(f"| {method} | {by[(method, 'wikitext2')]:.2f} | {by[(method, 'ptb')]:.2f} |")
-        lines.append("")
-    if shots:
-        limit = next(iter(shots.get("dense", next(iter(shots.values()))).values()))["limit"]
-        lines += [(f"Zero-shot accuracy, first {limit} examples per task (the dense row is the 2026-11-29 measurement "
-                  "at the same limit, `docs/results/eval.json`); in brackets the share of the dense score:"), ""]
-        lines += zeroshot_rows(shots, "dense") + [""]
-    return lines
 
 
 TUNING = {"none": "none (starting point)", "lora": "LoRA, LM loss (`tune`)",
@@ -477,23 +411,6 @@ def other_model_tuning(tuned: list[dict]) -> list[str]:
     return lines
 
 
-def dense_section(records: list[dict]) -> list[str]:
-    if not records:
-        return []
-    lines = [
-        "## Dense SmolLM2-135M perplexity (full test splits)", "",
-        (f"Machine: {records[0]['machine']}; date {records[0]['date']}. Command: "
-        "`python benchmarks/compare.py dense --data-dir ../shared/data --datasets D --seq-lens T --out docs/results/dense.json` "
-        "(rows joined with blank lines, tokenised once without BOS, non-overlapping windows). "
-        "Wall times were taken while other benchmark jobs shared the two cores, so they overstate the cost "
-        "on an idle machine."), "",
-        "| dataset | split | seq_len | windows | tokens | ppl | wall (s) |", "|---|---|---|---|---|---|---|",
-    ]
-    lines += [f"| {r['dataset']} | {r['split']} | {r['seq_len']} | {r['windows']} | {r['tokens']:,} | {r['ppl']:.3f} | "
-              f"{r['wall_s']:.0f} |" for r in records]
-    return lines + [""]
-
-
 def allocator_section(records: list[dict]) -> list[str]:
     # One exact table for all allocators; other models, and SmolLM2 at the CLI's defaults (auto profiler): families_section.
     records = [r for r in records if r.get("model", "smollm2-135m") == "smollm2-135m" and r.get("profiler") != "auto"]
@@ -564,222 +481,17 @@ def plot(ppl: list[dict]) -> None:
     plt.close(fig)
 
 
-def recovery_section(records: list[dict]) -> list[str]:
-    records = [r for r in records if "stage" in r]
-    if not records:
-        return []
-    meta = records[0]
-    cells = {(r["ratio"], r["stage"], r["dataset"]): r for r in records}
-    loras = {r["ratio"]: r for r in records if r["stage"] == "lora"}
-    lora = next(iter(loras.values()), None)
-    lines = [
-        "## Recovery: compensation and LoRA (GAP, SmolLM2-135M)", "",
-        (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. One loss table (the "
-        "allocator benchmark's), Gram statistics from 32 windows x 128 tokens of WikiText-2 validation (even batches "
-        "fit, odd batches check). Perplexity on the first 256 windows of 128 tokens of each test split."), "",
-    ]
-    if lora:
-        lines += [f"LoRA: `gapprune tune` settings through the API on the `lsq` model, {lora['lora_steps']} steps x "
-                  f"{lora['lora_batch']} Alpaca examples ({lora['lora_examples']} examples, cutoff {lora['cutoff']}, "
-                  f"rank {lora['rank']}, lr {lora['lr']}), float32 on the CPU; validation loss (32 held-out examples) "
-                  "by step: " + "; ".join(f"{100 * ratio:.0f}%: " + ", ".join(f"{s}: {v:.3f}" for s, v in r["val_loss"])
-                                          for ratio, r in loras.items()) + ". The `none` and `bias` rows were measured "
-                  "in the same script's first run; `lsq` and `lora` after `lsq` gained its bias term and ridge 1.0 "
-                  "(the rows it replaced are in the commit history).", ""]
-    for r in records:
-        if r["stage"] == "reload":
-            lines += [(f"Reload check of the saved {100 * r['ratio']:.0f}% `lsq` folder against the in-memory model: "
-                      f"{reload_text(r)}."), ""]
-    lines += ["| ratio | stage | WikiText-2 | PTB | stage wall (s) |", "|---|---|---|---|---|"]
-    for ratio in sorted({r["ratio"] for r in records if r["stage"] != "reload"}):
-        for stage in ("dense", "none", "lsq", "bias", "lora"):
-            w, p = cells.get((ratio, stage, "wikitext2")), cells.get((ratio, stage, "ptb"))
-            if w or p:
-                wall = (w or p).get("wall_s")
-                lines.append(f"| {100 * ratio:.0f}% | {stage} | {w['ppl']:.2f} | {p['ppl']:.2f} | "
-                             f"{'' if wall is None else f'{wall:.1f}'} |")
-    return lines + [""]
-
-
-def methods_section(records: list[dict]) -> list[str]:
-    records = [r for r in records if r.get("kind") == "methods" and "table" in r]  # not the `best` study's
-    if not records:
-        return []
-    records = [{**r, "method": r["method"] + (f", {r['calib_samples']} calibration windows"
-                                              if r.get("calib_samples", 32) != 32 else "")} for r in records]
-    meta = records[0]
-    cells = {(r["ratio"], r["method"], r["dataset"]): r for r in records}
-    methods = list(dict.fromkeys(r["method"] for r in records))
-    lines = [
-        "## Lower loss at the same size: compensation-aware table, OBS, sequential compensation", "",
-        (f"Machine: {meta['machine']}; date {meta['date']}. Command: `{meta['command']}`. GAP plans from the auto "
-        "profiler on the benchmark calibration (ΔL on 4 windows x 128 tokens, statistics and Grams on 32); `none` "
-        "saves without compensation, every other row with `lsq` (ridge 1.0). `aware`: the loss table measured with "
-        "each option compensated as saved; `obs`: units chosen by greedy structured OBS; `sequential`: lsq fitted "
-        "layer by layer on the pruned model's own inputs. Perplexity on the first 256 windows of 128 tokens. "
-        "`aware, in-sample`: the first version, whose table refitted each option on the Gram half that holds "
-        "the profiling windows; `aware` refits on the other half."), "",
-        "| ratio | method | WikiText-2 | PTB | exact ΔL entries | compensation (s, machine shared with other jobs) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for ratio in sorted({r["ratio"] for r in records}):
-        for method in methods:
-            w, p = cells.get((ratio, method, "wikitext2")), cells.get((ratio, method, "ptb"))
-            if w and p:
-                lines.append(f"| {100 * ratio:.0f}% | {method} | {w['ppl']:.2f} | {p['ppl']:.2f} | {w['exact_entries']} | "
-                             f"{w['compensation_s']:.1f} |")
-    return lines + [""]
-
-
-def compensation_section(records: list[dict]) -> list[str]:
-    if not records:
-        return []
-    meta = records[0]
-    cells = {(r["ratio"], r["method"], r["ridge"], r["dataset"]): r for r in records}
-    variants = list(dict.fromkeys((r["method"], r["ridge"]) for r in records))
-    lines = [
-        "### Choosing the `lsq` ridge (validation splits)", "",
-        (f"Command: `{meta['command']}` ({meta['date']}). Perplexity on the first {meta['windows']} windows of 128 "
-        "tokens of the *validation* splits; `applied` = components whose held-out reconstruction error the "
-        "compensation lowered (the others keep their weights)."), "",
-        "| ratio | compensation | WikiText-2 val | PTB val | applied / kept original |", "|---|---|---|---|---|",
-    ]
-    for ratio in sorted({r["ratio"] for r in records}):
-        for method, ridge in variants:
-            w, p = cells.get((ratio, method, ridge, "wikitext2")), cells.get((ratio, method, ridge, "ptb"))
-            if w and p:
-                name = f"lsq, ridge {ridge:g}" if method == "lsq" else method
-                applied = "" if w["applied"] is None else f"{w['applied']} / {w['kept_original']}"
-                lines.append(f"| {100 * ratio:.0f}% | {name} | {w['ppl']:.2f} | {p['ppl']:.2f} | {applied} |")
-    return lines + [""]
-
-
-def eval_section(records: list[dict]) -> list[str]:
-    if not records:
-        return []
-    meta = records[0]
-    models = list(dict.fromkeys(r["model"] for r in records))
-    cells = {(r["model"], r["task"]): r for r in records}
-    metric = {r["task"]: r["metric"] for r in records}
-    lines = [
-        "## Zero-shot accuracy (lm-evaluation-harness, local task files)", "",
-        (f"Machine: {meta['machine']}; date {meta['date']}. Command per model: `{meta['command']}` with the 7 tasks "
-        "`boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa`, then "
-        "`python benchmarks/render.py --eval ... --bench ... --date ...`. Budget: the first "
-        f"{meta['limit']} examples of each task's evaluation split (lm-eval `--limit`, deterministic), not the full "
-        f"sets, to fit the 2-core CPU; the standard error of each cell is at most ±{50 / meta['limit'] ** 0.5:.1f} points. Pruned models: GAP with "
-        "the default `lsq` compensation, saved and reloaded from their folders."), "",
-        "| model | ratio | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in TASKS) + " | mean |",
-        "|---|---|" + "---|" * (len(TASKS) + 1),
-    ]
-    for m in models:
-        row = [cells.get((m, t)) for t in TASKS]
-        values = [100 * c["value"] for c in row if c]
-        mean = sum(values) / len(values) if values else float("nan")
-        ratio = next(c["ratio"] for c in row if c)
-        lines.append(f"| `{m}` | {100 * ratio:.1f}% | " + " | ".join(f"{100 * c['value']:.1f}" if c else "–" for c in row)
-                     + f" | {mean:.1f} |")
-    return lines + [""]
-
-
-def bench_section(records: list[dict]) -> list[str]:
-    if not records:
-        return []
-    meta = records[0]
-    lines = [
-        "## Speed and memory (`gapprune bench --vs`)", "",
-        (f"Machine: {meta['machine']}; date {meta['date']}. Prompt 512 tokens (prefill), then 32 decoded tokens with "
-        "the KV cache; 1 warm-up and 5 timed repetitions, median (min–max). Ideal speedup = dense parameters / "
-        "pruned parameters (every weight read once per token). Peak memory is the process's peak RSS on the CPU. "
-        "Commands in `bench.json`."), "",
-        ("| model | ratio | batch | prefill ms | decode tok/s | params | weights MB | peak RSS MB | decode speedup "
-        "| prefill speedup | ideal |"), "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in records:
-        if "speedup" not in r or r["ratio"] == 0:
-            continue
-        lines.append(
-            f"| `{r['model']}` | {100 * r['ratio']:.1f}% | {r['batch']} | {r['prefill_ms']:.0f} "
-            f"({r['prefill_ms_min']:.0f}–{r['prefill_ms_max']:.0f}) | {r['decode_tokens_per_s']:.1f} "
-            f"({r['decode_tokens_per_s_min']:.1f}–{r['decode_tokens_per_s_max']:.1f}) | {r['params']:,} | "
-            f"{r['weights_mb']:.0f} | {r['peak_mem_mb']:.0f} | {r['speedup']:.2f}x | {r['prefill_speedup']:.2f}x | "
-            f"{r['ideal_speedup']:.2f}x |")
-    dense = [r for r in records if r["ratio"] == 0]
-    lines += ["", "Dense reference runs (one per comparison): " + "; ".join(
-        f"batch {r['batch']}: prefill {r['prefill_ms']:.0f} ms, decode {r['decode_tokens_per_s']:.1f} tok/s"
-        for r in dense) + ". The dense model runs second in each process, so its peak RSS "
-        f"({max(r['peak_mem_mb'] for r in dense):.0f} MB) is the process maximum, not its own.", ""]
-    return lines
-
-
-def ratio_of(model: str) -> float:
-    plan = Path(model) / "plan.json"
-    return float(json.loads(plan.read_text())["summary"]["achieved_ratio"]) if plan.is_file() else 0.0
-
-
-def collect(evals: list[str], benches: list[str], day: str) -> None:
-    """`gapprune eval` / `gapprune bench` outputs -> eval.json / bench.json, with ratio, command, date, machine."""
-    meta = {"date": day, "machine": machine()}
-    rows = [{"model": r["model"], "ratio": round(ratio_of(r["model"]), 4), **{k: r.get(k) for k in (
-        "task", "metric", "value", "stderr", "limit")}, "command": f"gapprune eval {r['model']} --ppl '' --tasks "
-        f"<7 tasks> --limit {r['limit']} --data-dir ../shared/data", **meta}
-        for path in evals for r in json.loads(Path(path).read_text())]
-    speed = []
-    for path in benches:
-        records = json.loads(Path(path).read_text())
-        pruned = records[0]["model"]
-        dense = next(r["model"] for r in records if r["model"] != pruned)
-        speed += [{**r, "ratio": round(ratio_of(r["model"]), 4), "command": f"gapprune bench {pruned} --vs {dense} "
-                   "--repeats 5", **meta} for r in records]
-    for name, records in (("eval.json", rows), ("bench.json", speed)):
-        if records:
-            (RESULTS / name).write_text(json.dumps(records, indent=1) + "\n")
-
-
-def criterion_none_section(records: list[dict]) -> list[str]:
-    """GAP and the baselines without compensation, on the criterion that fits no re-fit (`activation`)."""
-    rows = [r for r in records if r.get("kind") == "criterion_none"]
-    lines: list[str] = []
-    for model in dict.fromkeys(r["model"] for r in rows):
-        cells = {(r["allocator"], r["dataset"]): r for r in rows if r["model"] == model}
-        present = [a for a in ALLOCATORS if (a, "wikitext2") in cells]
-        first = next(r for r in rows if r["model"] == model)
-        if not lines:
-            lines = ["## No compensation, criterion `activation` (records `kind: criterion_none`)", ""]
-        lines += [(f"`{model}`, {first['target_ratio']:.0%} of the {first['ratio_of']}, first {first['windows']} windows "
-                   f"of 128 tokens (WikiText-2 / PTB); {first['date']}; command: `{first['command']}`."), "",
-                  "| " + " | ".join(present) + " | GAP under `obs` |", "|" + "---|" * (len(present) + 1)]
-        obs = (cells[("gap", "wikitext2")].get("against_obs", {}).get("ppl"),
-               cells.get(("gap", "ptb"), {}).get("against_obs", {}).get("ppl"))
-        lines += ["| " + " | ".join(f"{fmt_ppl(cells[(a, 'wikitext2')]['ppl'])} / {fmt_ppl(cells[(a, 'ptb')]['ppl'])}"
-                                   for a in present)
-                  + (f" | {fmt_ppl(obs[0])} / {fmt_ppl(obs[1])} |" if None not in obs else " | |"), ""]
-    return lines
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--eval", nargs="*", default=[], help="`gapprune eval --out` files to collect into eval.json")
-    p.add_argument("--bench", nargs="*", default=[], help="`gapprune bench --out` files to collect into bench.json")
-    p.add_argument("--date", default=None, help="the date the collected measurements were taken")
-    args = p.parse_args()
-    if args.eval or args.bench:
-        collect(args.eval, args.bench, args.date or p.error("--date is required with --eval / --bench"))
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
-    lines += dense_section(load("dense.json"))
     lines += allocator_section(load("allocators.json"))
     lines += calibration_domain_section(load("allocators.json"))
     lines += protocols_section(load("protocols.json"), load("dense.json")) + protocol_zeroshot_section(load("protocols.json"))
-    lines += recovery_section(load("recovery.json"))
-    lines += methods_section(load("recovery.json"))
-    lines += recovery_best_section(load("recovery.json"))
-    lines += calib_section(load("recovery.json"))
     lines += distill_section(load("recovery.json"))
     lines += families_section(load("allocators.json"), load("families.json"))
-    lines += criterion_none_section(load("allocators.json"))
-    lines += compensation_section(load("compensation.json"))
-    lines += eval_section(load("eval.json"))
-    lines += bench_section(load("bench.json"))
+    lines += ["## Finished studies", "", ("Dense perplexity on the full test splits, recovery by compensation and LoRA, "
+              "OBS and the compensation-aware table, data-free calibration, no compensation under `activation`, "
+              "zero-shot at `--limit 500`, speed and memory: [results_finished.md](results_finished.md)."), ""]
     lines += ["## Profiling cost, Fisher profiler, calibration size", "",
               "See [performance.md](performance.md).", ""]
     lines += ["## How to read these tables", "", ("The readings of every table (what each comparison shows, caveats, "
