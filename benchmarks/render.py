@@ -349,42 +349,8 @@ def distill_section(records: list[dict]) -> list[str]:
         lines += ["", (f"Zero-shot accuracy after tuning, first {limit} examples per task; in brackets the share of "
                   "the dense score:"), ""]
         lines += zeroshot_rows(shots, "dense")
-    lines += other_model_tuning(tuned) + kl_shift_rows(records) + teacher_cache_rows(records)
+    lines += other_model_tuning(tuned)
     return lines + ["", "Which method to use and why: [recovery.md](recovery.md).", ""]
-
-
-def kl_shift_rows(records: list[dict]) -> list[str]:
-    """KL to the teacher on evaluation text before and after tuning (`benchmarks/kl_shift.py`)."""
-    shifts = [r for r in records if r.get("kind") == "kl_shift"]
-    if not shifts:
-        return []
-    lines = ["", (f"KL(teacher ‖ model) and NLL per token on the first {shifts[0]['windows']} test windows of 128 tokens, "
-             "before and after tuning (`benchmarks/kl_shift.py`; the teacher's own NLL in brackets):"), "",
-             "| teacher | model | WikiText-2 KL | WikiText-2 NLL | PTB KL | PTB NLL |", "|---|---|---|---|---|---|"]
-    cells: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    for r in shifts:
-        cells[(r["teacher"], r["model"])][r["dataset"]] = r
-    for (teacher, model), c in cells.items():
-        row = [f"{c[d]['kl']:.4f} | {c[d]['nll']:.4f} ({c[d]['teacher_nll']:.4f})" if d in c else "- | -"
-               for d in ("wikitext2", "ptb")]
-        lines.append(f"| {teacher} | `{model}` | {row[0]} | {row[1]} |")
-    return lines
-
-
-def teacher_cache_rows(records: list[dict]) -> list[str]:
-    """Seconds per distillation step with the teacher on the fly and from its top-k cache (`teacher_cache.py`)."""
-    runs = [r for r in records if r.get("kind") == "teacher_cache"]
-    if not runs:
-        return []
-    lines = ["", ("Seconds per step with the teacher on the fly and from `--teacher-cache` "
-             "(`benchmarks/teacher_cache.py`; decoder layers, 8 windows of 128 tokens a step, Alpaca):"), "",
-             "| model | pruned | teacher outputs | steps | s/step | cache hits | losses as the filling run |",
-             "|---|---|---|---|---|---|---|"]
-    for r in runs:
-        same = {True: "identical", False: "differ", None: "-"}[r.get("same_losses_as_filling_run")]
-        lines.append(f"| {r['model']} | `{r['pruned']}` | {r['run']} | {r['steps']} | {r['s_per_step']:.2f} | "
-                     f"{r['cache_hits']} of {r['micro_batches']} | {same} |")
-    return lines
 
 
 def other_model_tuning(tuned: list[dict]) -> list[str]:
@@ -491,7 +457,7 @@ def main() -> None:
     lines += families_section(load("allocators.json"), load("families.json"))
     lines += ["## Finished studies", "", ("Dense perplexity on the full test splits, recovery by compensation and LoRA, "
               "OBS and the compensation-aware table, data-free calibration, no compensation under `activation`, "
-              "zero-shot at `--limit 500`, speed and memory: [results_finished.md](results_finished.md)."), ""]
+              "zero-shot at `--limit 500`, speed and memory, the KL to the teacher and its cache: [results_finished.md](results_finished.md)."), ""]
     lines += ["## Profiling cost, Fisher profiler, calibration size", "",
               "See [performance.md](performance.md).", ""]
     lines += ["## How to read these tables", "", ("The readings of every table (what each comparison shows, caveats, "
