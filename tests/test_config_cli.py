@@ -48,3 +48,12 @@ def test_every_command_prints_its_help(capsys):
             parser.parse_args([name, "--help"])
         assert ended.value.code == 0, name
         assert f"usage: gapprune {name}" in capsys.readouterr().out
+
+
+def test_tune_help_gives_each_method_its_own_meaning_of_a_shared_flag():
+    """`--data` means Alpaca-format files to LoRA and web text or a mix to distillation; `--lr` 0 stands
+    for distillation's default, which the help must spell out rather than print 0."""
+    tune = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["tune"]
+    helps = {a.dest: a.help for a in tune._actions}
+    assert "c4" in helps["data"] and "joined by +" in helps["data"] and "Alpaca-format" in helps["data"]
+    assert "distill default: 1e-4" in helps["lr"] and "distill default: 0.0" not in helps["lr"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +18,27 @@ from gapprune.config import config_fields
 
 
 def _add_union_flags(parser: argparse.ArgumentParser, configs: dict[str, type]) -> None:
-    """One flag per field of any config; help names each method's default where they differ."""
+    """One flag per field of any config; help names each method's default, and each method's own
+    help where the methods mean different things by the flag (`--data`: Alpaca for LoRA, C4 or a mix
+    for distillation)."""
     seen: dict[str, dict[str, Any]] = {}
     for method, cls in configs.items():
+        shown_as = {f.name: f.metadata["shown_default"] for f in fields(cls) if "shown_default" in f.metadata}
         for name, default, _, help_text, kind in config_fields(cls):
-            entry = seen.setdefault(name, {"help": help_text, "kind": kind, "defaults": {}})
-            entry["defaults"][method] = default
+            entry = seen.setdefault(name, {"kind": kind, "defaults": {}, "helps": {}})
+            entry["defaults"][method] = shown_as.get(name, default)  # a stand-in value shown as what it means
+            entry["helps"][method] = help_text
     for name, entry in seen.items():
-        defaults = entry["defaults"]
-        shown = "; ".join(f"{m} default: {d}" for m, d in defaults.items())
+        defaults, helps = entry["defaults"], entry["helps"]
         if len(defaults) == 1:
-            shown = f"{next(iter(defaults))} only; default: {next(iter(defaults.values()))}"
+            method, default = next(iter(defaults.items()))
+            text = f"{helps[method]} ({method} only; default: {default})"
+        elif len(set(helps.values())) == 1:
+            text = f"{next(iter(helps.values()))} (" + "; ".join(f"{m} default: {d}" for m, d in defaults.items()) + ")"
+        else:
+            text = "; ".join(f"{m}: {helps[m]} (default: {d})" for m, d in defaults.items())
         flag = "--" + name.replace("_", "-")
-        help_text = literal_help(f"{entry['help']} ({shown})")
+        help_text = literal_help(text)
         if entry["kind"] is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:

@@ -54,7 +54,8 @@ class DistillConfig:
     params: str = field(default="decoder", metadata={"help": "what trains: decoder (the default, best measured: every decoder-layer parameter; embeddings, final norm and head stay the teacher's), all, or lora (adapters, merged at the end)"})
     rank: int = field(default=8, metadata={"help": "LoRA rank"})
     alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
-    lr: float = field(default=0.0, metadata={"help": "AdamW learning rate (0: 1e-4 for all parameters, 5e-4 for LoRA)"})
+    lr: float = field(default=0.0, metadata={"help": "AdamW learning rate",  # 0 stands for the default of `params`
+                                              "shown_default": "1e-4, or 5e-4 with --params lora"})
     warmup: int = field(default=10, metadata={"help": "linear warm-up steps, then the schedule"})
     schedule: str = field(default="constant", metadata={"help": "rate after warm-up: constant; cosine (decays to 0 at the end of max_seconds, else of max_steps or the epochs); or wsd (constant, then linear to 0 over the last decay_fraction of that budget)"})
     decay_fraction: float = field(default=0.2, metadata={"help": "wsd: the final share of the budget over which the rate falls linearly to 0"})
