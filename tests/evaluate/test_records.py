@@ -107,3 +107,18 @@ def test_eval_and_bench_commands_write_the_library_records(tiny_model_folder, tm
     rows = json.loads(bench.read_text())
     assert len(rows) == 2 and all(r["ideal_speedup"] == 1.0 for r in rows)
     assert capsys.readouterr().out.count("speedup") == 2
+
+
+def test_eval_resume_keeps_the_answers_in_the_given_folder(tiny_model_folder, data_dir, tmp_path):
+    import json
+
+    from gapprune.cli import main
+
+    folder, _ = tiny_model_folder
+    answers, out = tmp_path / "answers", tmp_path / "zs.json"
+    argv = ["eval", str(folder), "--ppl", "", "--tasks", "piqa", "--limit", "2", "--data-dir", str(data_dir),
+            "--resume", str(answers), "--out", str(out)]
+    assert main(argv) == 0
+    first = json.loads(out.read_text())
+    assert [p.name.startswith("requests-") and p.suffix == ".db" for p in answers.iterdir()] == [True]
+    assert main(argv) == 0 and json.loads(out.read_text()) == first
