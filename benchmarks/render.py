@@ -190,11 +190,11 @@ def calibration_domain_section(records: list[dict]) -> list[str]:
         return []
     lines = ["## Calibration text: C4 (web text) against WikiText-2", ""]
     for model, windows, ratio_of in models:
-        lines += domain_table(records, model, windows, ratio_of, first=len(lines) == 2)
+        lines += domain_table(records, model, windows, ratio_of)
     return lines
 
 
-def domain_table(records: list[dict], model: str, windows: int, ratio_of: str, first: bool) -> list[str]:
+def domain_table(records: list[dict], model: str, windows: int, ratio_of: str) -> list[str]:
     """One model's table: per ratio and calibration text, each allocator on the three texts, and GAP's margin."""
     def same_run(r: dict) -> bool:
         return (r.get("kind") == "ppl" and r.get("model") == model and r.get("windows") == windows
@@ -210,14 +210,16 @@ def domain_table(records: list[dict], model: str, windows: int, ratio_of: str, f
     wt2 = sorted({r["date"] for key, r in cells.items() if key[2] == "wikitext2" and key[3] != "c4"})
     of = "of the model" if ratio_of == "model" else "of the decoder layers"
     name = {"smollm2-135m": "SmolLM2-135M"}.get(model, f"`{model}`")
-    if first:
-        other = (f", and the same with `--calib wikitext2 --datasets c4` into runs/smol-wikitext2 (its WikiText-2 and PTB "
-                 f"cells are the CLI-defaults rows of {', '.join(wt2)} in the per-model section, same settings). ")
-    else:  # the WikiText-2 side measured by the same study (records labelled `calibration`), else older rows
-        labelled = [r for key, r in cells.items() if key[2] == "wikitext2" and r.get("calibration") == "wikitext2"]
-        other = (f"; the WikiText-2-calibrated rows: `{labelled[0]['command']}` ({labelled[0]['date']}). " if labelled else
-                 ". WikiText-2-calibrated rows: the CLI-defaults rows of " + ", ".join(wt2) + " in the per-model section. ")
-    lines = [] if first else [f"### {name}, ratios {of}", ""]
+    labelled = [r for key, r in cells.items() if key[2] == "wikitext2" and r.get("calibration") == "wikitext2"]
+    covered = sorted({r["dataset"] for r in labelled}, key=sets.index)
+    if labelled and len(covered) == len(sets):  # the WikiText-2 side measured by the same study
+        other = f"; the WikiText-2-calibrated rows: `{labelled[0]['command']}` ({labelled[0]['date']}). "
+    else:  # older CLI-defaults rows, and the texts they lack measured apart
+        apart = (f"; the WikiText-2-calibrated {' and '.join(covered)} cells: `{labelled[0]['command']}` "
+                 f"({labelled[0]['date']})" if labelled else "")
+        other = f"{apart}. The other WikiText-2-calibrated cells: the CLI-defaults rows of {', '.join(wt2)} in the " \
+                "per-model section, same settings. "
+    lines = [f"### {name}, ratios {of}", ""]
     lines += [(f"Machine: {c4['machine']}; date {c4['date']}. Command: `{c4['command']}`{other}"
                + (f"{name}, CLI defaults (obs, auto profiler, sequential lsq after every allocation); the calibration "
                   "text decides the unit scores, the loss table and the lsq fit. Perplexity on the first "
