@@ -19,6 +19,7 @@ from tests.precision.contracts import (
     IDS,
     as_dtype,
     batched_equals_reference,
+    bf16_replays_run_on_half_weights,
     default_plan,
     kept_units,
     logits,
@@ -39,6 +40,11 @@ def test_removal_equals_masking_on_cuda(make, dtype):
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])
 def test_batched_table_equals_reference_table_on_cuda(make):
     batched_equals_reference(as_dtype(make(), torch.float32, "cuda"), IDS, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_bf16_screen_runs_on_half_precision_weights_on_cuda(dtype):
+    bf16_replays_run_on_half_weights(as_dtype(tiny_llama(), dtype, "cuda"), IDS)
 
 
 def test_cuda_plan_equals_the_cpu_plan_on_a_seeded_tiny_model():

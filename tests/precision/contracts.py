@@ -92,3 +92,20 @@ def save_reload_same_logits(model: nn.Module, ids: torch.Tensor, folder: Path, d
     reloaded, _ = load_model(str(folder), dtype=dtype, device=device)
     assert all(p.dtype == dtype for p in reloaded.parameters())
     assert torch.equal(logits(reloaded, ids), logits(model, ids))
+
+
+def bf16_replays_run_on_half_weights(model: nn.Module, ids: torch.Tensor) -> None:
+    """A table replayed under bf16 autocast (the screen's `auto` precision on a GPU) for a model whose
+    weights are float16 or bf16: float16 + bf16 residual sums come out float32, and the head must
+    still take them (it did not: `expected m1 and m2 to have the same dtype`)."""
+    adapter = get_adapter(model)
+    stats = CalibrationStats()
+    device = next(model.parameters()).device
+    inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, extra_hooks=stats_hooks(adapter, stats),
+                                  progress=False)
+    scores = score_units(ScoringContext(adapter, stats, {}), "activation")
+    table = build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
+                                     progress=False, precision="bfloat16")
+    for c, loss in table.loss.items():
+        assert np.isfinite(loss).all() and (loss[:, -1] > 0).all(), c
+

@@ -17,6 +17,7 @@ from tests.helpers import tiny_run
 from tests.precision.contracts import (
     IDS,
     as_dtype,
+    bf16_replays_run_on_half_weights,
     default_plan,
     removal_equals_masking,
     save_reload_same_logits,
@@ -163,3 +164,9 @@ def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measure
               for cache in (inputs, upcast)]
     for c in ("attn", "mlp"):
         assert np.array_equal(tables[0].loss[c], tables[1].loss[c]), c
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_a_bf16_screen_runs_on_half_precision_weights(dtype):
+    bf16_replays_run_on_half_weights(as_dtype(tiny_llama(), dtype), IDS)
+

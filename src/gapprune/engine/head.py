@@ -140,7 +140,9 @@ def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: i
 def _metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
                  copies: int, chunk_rows: int) -> torch.Tensor:
     t_kept = hidden.shape[1] - reference.metric.shift
-    normed = norm(hidden)[:, :t_kept]
+    # in the head's dtype, as the dense reference was: under bf16 autocast, float16 layers' residual
+    # sums come out float32, which a float16 head refuses
+    normed = norm(hidden.to(_weight(head)[0].dtype))[:, :t_kept]
     n, t, h = normed.shape
     lse = logsumexp_logits(normed.reshape(n * t, h), head, chunk_rows).view(copies, n // copies, t)
     normed = normed.float().view(copies, n // copies, t, h)

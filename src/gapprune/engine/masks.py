@@ -115,7 +115,8 @@ def option_masks(adapter: ModelAdapter, layer: int, component: str, kept: list[l
     n_units = out.in_features // unit
     copies = len(kept)
     dtype, device = out.weight.dtype, out.weight.device
-    mask = torch.stack([unit_mask(n_units, units, dtype=dtype, device=device) for units in kept])
+    with torch.autocast(device.type, enabled=False):  # CPU autocast refuses to stack float16 masks
+        mask = torch.stack([unit_mask(n_units, units, dtype=dtype, device=device) for units in kept])
     emptied = torch.tensor([units is not None and not units for units in kept], device=device)
 
     def drop_bias(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
