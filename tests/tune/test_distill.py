@@ -38,6 +38,19 @@ def test_distillation_lowers_held_out_kl_and_keeps_the_shape(tmp_path, settings)
     assert not any("lora" in name for name, _ in tuned.named_parameters())
 
 
+@pytest.mark.parametrize("loaded", [torch.float16, torch.bfloat16])
+def test_a_student_loaded_in_half_precision_trains_in_float32(tmp_path, loaded):
+    """On a GPU `auto` loads the checkpoint's own dtype; AdamW on float16 weights gave NaN after one step."""
+    teacher, student, tokenizer = teacher_and_student()
+    student.to(loaded)
+    before = held_out_kl(copy.deepcopy(student).float(), teacher, tokenizer)
+    config = DistillConfig(data=text_file(tmp_path), seq_len=32, batch_size=4, micro_batch=2, max_steps=10,
+                           val_windows=2, warmup=2, params="decoder", lr=3e-3)
+    tuned, _ = distill(student, tokenizer, config, teacher=teacher, teacher_tokenizer=tokenizer)
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in tuned.parameters())
+    assert held_out_kl(tuned, teacher, tokenizer) < before
+
+
 def test_decoder_distillation_leaves_embeddings_final_norm_and_head_as_the_teacher_has_them(tmp_path):
     teacher, student, tokenizer = teacher_and_student()
     before = {name: p.detach().clone() for name, p in student.named_parameters()}

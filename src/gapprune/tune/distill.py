@@ -72,9 +72,12 @@ class DistillConfig:
     val_data: str | None = field(default=None, metadata={"help": "text for the validation KL instead of a held-out slice of the training text (a file, or alpaca/self): watch the text you want to keep, not the one you tune on"})
     eval_every: int = field(default=50, metadata={"help": "steps between validation KLs"})
     save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
+    dtype: str = field(default="float32", metadata={"help": "training dtype: float32 or bfloat16"})
     seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
 
     def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         if self.schedule not in ("constant", "cosine", "wsd"):
             raise ValueError(f"schedule must be constant, cosine or wsd, got {self.schedule!r}")
         if not 0.0 < self.decay_fraction <= 1.0:
@@ -232,6 +235,11 @@ def distill(
     if train.shape[0] < config.batch_size:
         raise ValueError(f"{train.shape[0]} training windows are fewer than one batch of {config.batch_size}")
     torch.manual_seed(config.seed)
+    # AdamW on half-precision weights loses what it should learn: in float16 its eps rounds to 0 and
+    # the first step can turn weights into NaN; in bf16 updates under half a step of the weight's
+    # 8-bit mantissa vanish. A student loaded in its checkpoint's dtype (a GPU's `auto`) trains in
+    # `config.dtype`, float32 unless bf16 is asked for; the teacher stays in its own.
+    student.to(torch.bfloat16 if config.dtype == "bfloat16" else torch.float32)  # type: ignore[arg-type]
     model = _trainable(student, config)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
