@@ -101,8 +101,8 @@ def records(summary: dict[str, Any]) -> list[dict[str, Any]]:
                     "command": prune.get("command")})
     torchrun = summary.get("torchrun")
     group = (torchrun or {}).get("process_group") or {}
-    if torchrun or outcome_of(tests, NCCL_TEST):  # the tiny model's test asserts an NCCL barrier ran, too
-        on_the_prune = "nccl" in str(group.get("backend")) and bool(group.get("barrier"))
+    if torchrun or outcome_of(tests, NCCL_TEST):  # the tiny model's test asserts an NCCL all-reduce ran, too
+        on_the_prune = "nccl" in str(group.get("backend")) and bool(group.get("cuda_all_reduce"))
         out.append({"kind": "nccl", **where, "world_size": group.get("world_size", 1), "backend": group.get("backend"),
                     "ok": on_the_prune or outcome_of(tests, NCCL_TEST) == "passed", "on_the_prune": on_the_prune,
                     "wall_s": (torchrun or {}).get("wall_s"), "tiny_model_test": outcome_of(tests, NCCL_TEST),

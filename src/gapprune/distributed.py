@@ -56,10 +56,15 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def setup(device: str, timeout_s: float = 3600.0) -> str:
     """Join the process group when started by torchrun; returns the device this rank should use.
 
-    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks on one machine use N GPUs.
+    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks on one machine use N GPUs; a numbered one
+    would put every rank on that GPU, so it is refused when there are several.
     """
     if "WORLD_SIZE" not in os.environ:  # not started by torchrun
         return device
+    if device.startswith("cuda:") and int(os.environ["WORLD_SIZE"]) > 1:
+        raise ValueError(f"--device {device} would put all {os.environ['WORLD_SIZE']} torchrun ranks on one GPU; "
+                         "pass --device cuda and each rank takes cuda:LOCAL_RANK (choose the GPUs with "
+                         "CUDA_VISIBLE_DEVICES)")
     if device == "cuda":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     on_cuda = device.startswith("cuda")
@@ -68,16 +73,23 @@ def setup(device: str, timeout_s: float = 3600.0) -> str:
     if not dist.is_initialized():
         backend = "cpu:gloo,cuda:nccl" if on_cuda else "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-        dist.barrier()  # one real collective, also at world size 1: NCCL (or gloo) is exercised, not just named
+        dist.barrier()  # one real collective, also at world size 1 (on gloo: barriers take the CPU backend)
+        if on_cuda:  # and one on a CUDA tensor, the only kind NCCL carries (objects and barriers go over gloo)
+            probe = torch.ones(1, device=device)
+            dist.all_reduce(probe)
+            _COLLECTIVES["cuda_all_reduce"] = int(probe.item()) == dist.get_world_size()
     signal.signal(signal.SIGTERM, _stop)
     return device
+
+
+_COLLECTIVES: dict[str, bool] = {}  # collectives that ran at setup, beyond the barrier, and whether they agreed
 
 
 def group_info() -> dict[str, Any] | None:
     """The process group this run joined (backend, world size), for run.json; None outside torchrun."""
     if not dist.is_available() or not dist.is_initialized():
         return None
-    return {"backend": str(dist.get_backend()), "world_size": dist.get_world_size(), "barrier": True}
+    return {"backend": str(dist.get_backend()), "world_size": dist.get_world_size(), "barrier": True, **_COLLECTIVES}
 
 
 def _ensure_group() -> None:

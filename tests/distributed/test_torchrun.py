@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from gapprune.distributed import shard_layers
+from gapprune.distributed import setup, shard_layers
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +32,14 @@ def run(launch: list[str], argv: list[str], tmp_path: Path) -> subprocess.Comple
 
 def torchrun(n: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+
+
+def test_a_numbered_gpu_for_several_ranks_is_refused_before_joining(monkeypatch):
+    """`--device cuda:0` under torchrun would put every rank on GPU 0; a bare `cuda` spreads them."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match="pass --device cuda"):
+        setup("cuda:0")
 
 
 def test_start_layers_are_split_by_replay_cost():

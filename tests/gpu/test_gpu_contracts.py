@@ -95,7 +95,7 @@ def test_torchrun_on_one_gpu_uses_nccl_and_gives_the_plain_plan(tiny_model_folde
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = done
     group = json.loads((tmp_path / "nccl" / "run.json").read_text())["process_group"]
-    assert "nccl" in group["backend"] and group["barrier"]  # a collective ran on NCCL, at world size 1 too
+    assert "nccl" in group["backend"] and group["cuda_all_reduce"]  # a collective ran on NCCL, at world size 1 too
     assert "NCCL" in runs["nccl"].stdout + runs["nccl"].stderr
     plans = [json.loads((tmp_path / name / "plan.json").read_text())["layers"] for name in ("plain", "nccl")]
     assert plans[0] == plans[1]
