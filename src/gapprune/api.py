@@ -52,7 +52,7 @@ def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
 
         source = resolve_model_source(spec)
         dtype = resolve_dtype(dtype, device, read_config(source))
-        if should_stream(source, offload, dtype):
+        if should_stream(source, offload, dtype, device=str(device)):
             log.info("streaming the decoder layers of %s from disk", source)
             return open_streamed(source, dtype=dtype, device=device), AutoTokenizer.from_pretrained(source)
     return load_model(spec, device=device, dtype=dtype)

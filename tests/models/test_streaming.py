@@ -80,3 +80,19 @@ def test_offload_auto_streams_only_what_would_not_fit(tiny_model_folder, monkeyp
     monkeypatch.setattr(policy, "available_bytes", lambda: need)
     assert streaming.should_stream(folder, "auto") and not streaming.should_stream(folder, "off")
     assert not streaming.should_stream("someone/hub-model", "auto")
+
+
+def test_offload_auto_on_a_gpu_weighs_the_weights_against_the_gpus_memory(tiny_model_folder, monkeypatch):
+    """Weights that fit the host but not the GPU stream; weights that fit the GPU load whole even when
+    the host is short (the cached inputs, in host memory, do not decide it)."""
+    from gapprune.models import streaming
+    from gapprune.models.streaming import policy
+
+    folder, _ = tiny_model_folder
+    on_gpu = streaming.weights_bytes(folder) + policy.layer_work_bytes(folder)
+    monkeypatch.setattr(policy, "available_bytes", lambda: 1 << 50)
+    monkeypatch.setattr(policy, "device_free_bytes", lambda device: on_gpu)  # the GPU holds only half of it
+    assert streaming.should_stream(folder, "auto", device="cuda:0") and not streaming.should_stream(folder, "auto")
+    monkeypatch.setattr(policy, "available_bytes", lambda: 1)
+    monkeypatch.setattr(policy, "device_free_bytes", lambda device: 4 * on_gpu)
+    assert not streaming.should_stream(folder, "auto", device="cuda") and streaming.should_stream(folder, "auto")

@@ -36,7 +36,7 @@ class PruneCommand:
         p.add_argument("--plan", default=None, help="apply this plan.json as it is (no profiling, no allocation)")
         p.add_argument("--offload", choices=("auto", "on", "off"), default="auto",
                        help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
-                       "(auto: when the weights would take over half the free memory)")
+                       "(auto: when the run would take over half the free memory where the weights live: the GPU's, else the host's)")
         add_config_flags(p, PruneConfig, optional=("ratio",))  # --plan carries its own ratio
         add_budget_flags(p)  # --speedup / --max-memory: a runtime budget instead of --ratio
         p.set_defaults(run=PruneCommand.run)

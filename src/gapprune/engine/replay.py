@@ -55,8 +55,8 @@ def _cpu_flags() -> frozenset[str]:
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with
     AVX-512-BF16 or AMX (on AVX2 alone bf16 is converted in software and slower than float32)."""
-    if device.type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
+    if device.type == "cuda":  # native bf16 matrix units from Ampere (8.0) on; older GPUs emulate it, slowly
+        return torch.cuda.get_device_capability(device) >= (8, 0)
     return device.type == "cpu" and bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 

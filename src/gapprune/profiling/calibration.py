@@ -61,7 +61,7 @@ class Calibration:
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
                  "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
         scores = json.dumps(self.unit_scores.to_dict()).encode()
-        return run_key({**settings, **shape}, self.ids.numpy().tobytes(), scores)
+        return run_key({**settings, **shape}, self.ids.cpu().numpy().tobytes(), scores)
 
 
 def calibration_splits(config: PruneConfig) -> list[str | None]:

@@ -29,18 +29,28 @@ def available_bytes() -> int:
     return 1 << 62
 
 
+def cache_bytes(folder: str | Path, tokens: int = 4096) -> int:
+    """The cached layer inputs of `tokens` calibration tokens (float32, one per layer plus the final
+    one): held in host memory wherever the model runs."""
+    config = _text_config(folder)
+    return (int(config["num_hidden_layers"]) + 1) * tokens * int(config["hidden_size"]) * 4
+
+
 def working_bytes(folder: str | Path, tokens: int = 4096) -> int:
     """What a prune holds besides the weights, estimated from config.json: the cached layer inputs
-    (float32, one per layer plus the final one) and one layer's working set (its two output
-    projections' Grams on two halves, float32, and the OBS workspace, float32, for the wider one; a
-    projection wider than four times a half's tokens holds rows instead, `TokenGram`). Nothing here
-    grows with depth except the cache (`calibrate/gram.py` holds one layer's Grams)."""
-    config = json.loads((Path(folder) / "config.json").read_text())
-    config = config.get("text_config", config)
-    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    (`cache_bytes`) and one layer's working set (its two output projections' Grams on two halves,
+    float32, and the OBS workspace, float32, for the wider one; a projection wider than four times a
+    half's tokens holds rows instead, `TokenGram`). Nothing here grows with depth except the cache
+    (`calibrate/gram.py` holds one layer's Grams)."""
+    return cache_bytes(folder, tokens) + layer_work_bytes(folder, tokens)
+
+
+def layer_work_bytes(folder: str | Path, tokens: int = 4096) -> int:
+    """One layer's Grams and OBS workspace (see `working_bytes`): on the device, beside the weights."""
+    config = _text_config(folder)
+    hidden = int(config["hidden_size"])
     head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
     widths = [int(config["num_attention_heads"]) * head_dim, int(config["intermediate_size"])]
-    cache = (layers + 1) * tokens * hidden * 4
     half = tokens // 2
 
     def one_gram(width: int) -> int:  # bytes of one half's Gram, as `gram_hook` chooses its form
@@ -48,12 +58,27 @@ def working_bytes(folder: str | Path, tokens: int = 4096) -> int:
 
     grams = sum(2 * one_gram(w) for w in widths)
     obs = 3 * 2 * one_gram(max(widths))  # the summed Gram, its damped copy and Cholesky factor, the inverse
-    return cache + grams + obs
+    return grams + obs
 
 
-def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32, tokens: int = 4096) -> bool:
-    """`offload`: on, off, or auto: stream a local safetensors folder when the whole run's need (the
-    weights in `dtype` plus `working_bytes` for `tokens` calibration tokens) is over half the free memory."""
+def _text_config(folder: str | Path) -> dict:
+    config = json.loads((Path(folder) / "config.json").read_text())
+    return dict(config.get("text_config", config))
+
+
+def device_free_bytes(device: str) -> int:
+    """Free memory where the weights will live: the GPU's for a CUDA device, else the host's."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    return available_bytes()
+
+
+def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32, tokens: int = 4096,
+                  device: str = "cpu") -> bool:
+    """`offload`: on, off, or auto: stream a local safetensors folder when the whole run's need is over
+    half the free memory where it would live. On a CPU that is the weights in `dtype` plus
+    `working_bytes` for `tokens` calibration tokens, against the host's; on a GPU the weights plus one
+    layer's working set against the GPU's (the cached inputs stay in host memory either way)."""
     if offload not in ("auto", "on", "off"):
         raise ValueError(f"offload must be auto, on or off, got {offload!r}")
     folder = Path(source)
@@ -62,4 +87,9 @@ def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.f
         raise ValueError(f"offload on needs a local folder of safetensors weights; {source} is not one")
     if offload == "off" or not local:
         return False
-    return offload == "on" or weights_bytes(folder, dtype) + working_bytes(folder, tokens) > available_bytes() // 2
+    if offload == "on":
+        return True
+    on_device = weights_bytes(folder, dtype) + layer_work_bytes(folder, tokens)
+    if device.startswith("cuda"):
+        return on_device > device_free_bytes(device) // 2
+    return on_device + cache_bytes(folder, tokens) > available_bytes() // 2
