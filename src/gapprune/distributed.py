@@ -110,6 +110,21 @@ def shard_layers(n_layers: int, size: int | None = None, index: int | None = Non
     return sorted(owned[index])
 
 
+def shard_entries(layers: list[int], counts: list[int], n_layers: int, size: int | None = None,
+                  index: int | None = None) -> list[int]:
+    """The layers of `layers` (each with counts[i] entries to replay) rank `index` of `size` measures,
+    balanced by replay cost ∝ entries × (L − l + 1): the auto profiler's exact rounds split over ranks."""
+    size = world_size() if size is None else size
+    index = rank() if index is None else index
+    load = [0] * size
+    owned: list[list[int]] = [[] for _ in range(size)]
+    for layer, count in sorted(zip(layers, counts, strict=True), key=lambda pair: -pair[1] * (n_layers - pair[0] + 1)):
+        target = min(range(size), key=lambda r: (load[r], r))
+        owned[target].append(layer)
+        load[target] += count * (n_layers - layer + 1)
+    return sorted(owned[index])
+
+
 def all_gather(value: Any) -> list[Any]:
     """Every rank's `value`, in rank order (just [value] outside torchrun)."""
     if world_size() == 1:

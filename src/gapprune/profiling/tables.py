@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gapprune.allocate import LossTable
 from gapprune.config import TABLE_SETTINGS, PruneConfig
-from gapprune.distributed import gather_table, rank, shard_layers, world_size
+from gapprune.distributed import all_gather, gather_table, rank, shard_entries, shard_layers, world_size
 from gapprune.engine.head import dense_reference
 from gapprune.engine.masks import Compensated
 from gapprune.engine.replay import (
@@ -201,16 +201,22 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
 
     checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
     saved = checkpoint.load_entries()  # entries a killed run measured: its rounds replay without replays
+    per_rank: list[list[int]] = []  # entries each rank replayed, per round
 
     def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
         todo = {layer: {c: [k for k in ks if k not in saved.get(layer, {}).get(c, {})] for c, ks in per.items()}
                 for layer, per in entries.items()}
         todo = {layer: {c: ks for c, ks in per.items() if ks} for layer, per in todo.items()}
         todo = {layer: per for layer, per in todo.items() if per}
-        fresh = measure_entries(adapter, inputs, todo, units_of(adapter, scores, table.options), metric=config.metric,
+        counts = [sum(len(ks) for ks in per.values()) for per in todo.values()]
+        mine = {layer: todo[layer] for layer in shard_entries(list(todo), counts, adapter.n_layers)}
+        fresh = measure_entries(adapter, inputs, mine, units_of(adapter, scores, table.options), metric=config.metric,
                                 reference=reference,
                                 base=base, desc="auto: exact replays this round",
-                                compensation=compensation) if todo else {}
+                                compensation=compensation) if mine else {}
+        parts = all_gather(fresh)  # every rank holds every value, so every rank solves the same next round
+        per_rank.append([sum(len(values) for row in part.values() for values in row.values()) for part in parts])
+        fresh = {layer: row for part in parts for layer, row in part.items()}
         if fresh:
             checkpoint.save_round(fresh)
         for layer, per in fresh.items():
@@ -220,5 +226,7 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
 
     grid = option_grid(adapter, table.meta.get("channel_step") or step_of(adapter, config), config.mlp_stride)
     completed = auto_table(table, measure, solve, columns=grid.measured, margin=config.auto_margin)
+    if world_size() > 1:
+        completed.meta["auto"]["rank_entries"] = per_rank
     checkpoint.clear()
     return completed
