@@ -54,12 +54,19 @@ class Calibration:
                              "calibrate with score=True to profile or plan")
         return self.scores
 
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype the model's weights are in (`float32`, `bfloat16`, ...): its numbers depend on it."""
+        return str(next(self.adapter.model.parameters()).dtype).removeprefix("torch.")
+
     def fingerprint(self, config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> str:
         """What the numbers measured from this calibration depend on: settings, tokens, weights (via scores)."""
         resolved = profile_settings(config, names)
         settings = {name: value for name, value in resolved.items() if LATER_SETTINGS.get(name, object()) != value}
         shape = {"architecture": type(self.adapter.model).__name__, "n_layers": self.adapter.n_layers,
                  "hidden": self.adapter.hidden, "params": sum(p.numel() for p in self.adapter.model.parameters())}
+        if self.weights_dtype != "float32":  # named only then: float32 profiles saved before it still match
+            shape["dtype"] = self.weights_dtype
         scores = json.dumps(self.unit_scores.to_dict()).encode()
         return run_key({**settings, **shape}, self.ids.cpu().numpy().tobytes(), scores)
 

@@ -71,6 +71,11 @@ class Profile:
     def check_matches(self, calibration: Calibration, config: PruneConfig) -> None:
         """A profile measured on another model, data or settings must not silently steer this one."""
         expected = calibration.fingerprint(config)
+        profiled_in = self.settings.get("weights_dtype", "float32")
+        if self.fingerprint != expected and profiled_in != calibration.weights_dtype:
+            raise ValueError(f"the profile was measured on {profiled_in} weights and this run's are "
+                             f"{calibration.weights_dtype}; load the model with dtype {profiled_in} (--dtype) "
+                             "or profile it again")
         if self.fingerprint != expected:
             now = profile_settings(config)
             changed = [name for name in PROFILE_SETTINGS if self.settings.get(name, LATER_SETTINGS.get(name)) != now[name]]
@@ -102,6 +107,6 @@ def profile_model(calibration: Calibration, config: PruneConfig, checkpoint_dir:
     with timed(timings, "profiling"):
         table = measure_table(calibration, config, checkpoint_dir, solve)
     total = sum(p.numel() for p in calibration.adapter.model.parameters())
-    settings = profile_settings(config)
+    settings = {**profile_settings(config), "weights_dtype": calibration.weights_dtype}
     return Profile(calibration.unit_scores, signals, table, total, calibration.fingerprint(config), settings, timings,
                    calibration.adapter.decoder_params())
