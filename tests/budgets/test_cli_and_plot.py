@@ -71,6 +71,24 @@ def test_memory_budgets_read_in_a_unit_that_shows_them() -> None:
     assert Budget("speedup", 1.5).describe(1.5) == "1.500x"
 
 
+def test_under_torchrun_only_rank_0_measures_the_runtime_and_the_others_take_its_table(monkeypatch, tmp_path) -> None:
+    import gapprune.cli.budgets as cli_budgets
+    from gapprune import distributed
+
+    measured: list[str] = []
+    rank_0s_table = object()
+    monkeypatch.setattr(cli_budgets, "costs_for", lambda *a, **k: measured.append("costs") or object())
+    monkeypatch.setattr(distributed, "all_gather", lambda value: [rank_0s_table, value])
+    args = parse("--speedup", "1.5", "--verify", "--gguf", str(tmp_path / "m.gguf"))
+    args.gguf_type, args.profile = "f16", None  # the prune command's own flags
+    for main_rank in (False, True):
+        monkeypatch.setattr(distributed, "is_main", lambda main_rank=main_rank: main_rank)
+        monkeypatch.setattr("gapprune.export.gguf.export_gguf", lambda *a, **k: measured.append("dense gguf"))
+        hook = cli_budgets.budget_setup(None, None, args, Budget("speedup", 1.5))
+        assert hook.costs is rank_0s_table
+        assert measured == ([] if not main_rank else ["costs", "dense gguf"])
+
+
 def test_a_budget_prune_writes_its_record_inside_the_atomic_folder(tiny_model_folder, tmp_path, monkeypatch) -> None:
     """budget.json and the report's budget line land in the temporary folder: if they fail, no folder is left."""
     import json

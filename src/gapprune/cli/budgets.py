@@ -76,10 +76,17 @@ def costs_for(model_spec: str, profile_dir: str | None, settings: BenchSettings,
 
 
 def budget_setup(model: Any, tokenizer: Any, args: argparse.Namespace, budget: Budget) -> BudgetHook:
-    """The runtime's cost table for the budget, and (to verify a speedup) the dense GGUF, before pruning."""
+    """The runtime's cost table for the budget, and (to verify a speedup) the dense GGUF, before pruning.
+
+    Under torchrun rank 0 alone measures and the others take its table: microbenchmarks timed on
+    shared cores at once would skew each other, and ranks with different tables would plan (and
+    split the auto profiler's rounds) differently."""
+    from gapprune.distributed import all_gather, is_main
+
     settings = BenchSettings(file_type=args.gguf_type, threads=args.runtime_threads)
-    hook = BudgetHook(budget, settings, costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup"))
-    if args.verify and budget.kind == "speedup":
+    costs = costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup") if is_main() else None
+    hook = BudgetHook(budget, settings, all_gather(costs)[0])
+    if args.verify and budget.kind == "speedup" and is_main():
         from gapprune.export.gguf import export_gguf
 
         hook.dense_gguf = Path(args.gguf).with_suffix(".dense.gguf")
