@@ -2,34 +2,45 @@
 
     python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
     python benchmarks/profilers.py tiles --threads 2
+    python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
 
 `screen`: the exact table's profiling time, then the auto profiler per screen variant
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
-for SmolLM2's and Qwen2.5-1.5B's heads. The finished studies' modes (timing, layers, calib, auto)
+for SmolLM2's and Qwen2.5-1.5B's heads. `margins`: the auto profiler's rounds replayed offline on one exact
+table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
+measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL. The finished studies' modes (timing, layers, calib, auto)
 are in history: `git show fab99f7:benchmarks/profilers.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 from common import ResultLog
 
-from gapprune.allocate import LayerSignals
+from gapprune.allocate import LayerSignals, LossTable
 from gapprune.api import load
+from gapprune.budget import Budget
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
 from gapprune.evaluate.timing import median_seconds
 from gapprune.models import COMPONENTS
-from gapprune.pipeline import Profile, allocate, calibrate, plan_for
+from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
+from gapprune.profiling.auto import auto_table
+from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
+from gapprune.profiling.tables import screen_table, step_of
+
+HEAD_IN_LAYERS = 11  # a replay's LM head and logsumexp cost about 11 SmolLM2 decoder layers (performance.md §1)
 
 
 def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
@@ -68,6 +79,83 @@ def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                   "note": "wall_s and exact_wall_s: profiling alone (plan_for's phase; the exact table's measure_table)"})
 
 
+def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    """Auto's rounds on a lookup of the exact table: what each margin measures and what its plan loses."""
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    config = PruneConfig(ratio=0.25, data_dir=args.data_dir)
+    calibration = calibrate(model, tokenizer, config)
+    folder = Path(args.tables)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        exact = kept_table(folder / "exact.json", lambda: measure_table(calibration, replace(config, profiler="exact"),
+                                                                           Path(scratch)))
+    screen = kept_table(folder / "screen.json", lambda: screen_table(calibration, config))
+    adapter = calibration.adapter
+    grid = option_grid(adapter, step_of(adapter, config), config.mlp_stride)
+    total, decoder = sum(p.numel() for p in model.parameters()), adapter.decoder_params()
+
+    def cost(layer: int) -> int:  # one option's replay: the layers from `layer` on, and the head
+        return adapter.n_layers - layer + HEAD_IN_LAYERS
+
+    table_cost = sum(cost(layer) * (len(ks) - (0 in ks)) for c, ks in grid.measured.items() for layer in range(adapter.n_layers))
+
+    def measure(entries):  # type: ignore[no-untyped-def]
+        return {layer: {c: {k: float(exact.loss[c][layer, k]) for k in ks} for c, ks in per.items()}
+                for layer, per in entries.items()}
+
+    def summed(choice: dict[str, list[int]]) -> float:
+        return sum(float(exact.loss[c][layer, k]) for c in choice for layer, k in enumerate(choice[c]))
+
+    emit({"kind": "auto_screen_error", "model": args.model, **screen_errors(exact, screen, grid.measured),
+          "note": "|rescaled screen / exact - 1| over the grid's columns, the screen rescaled by the exact/screen "
+          "ratio of one other column of the same row (distance 1: the adjacent column), as the auto profiler "
+          "rescales around a measured entry"})
+    for ratio in map(float, args.ratios.split(",")):
+        solve = choices_of(solver(Budget.ratio(ratio), "gap", total, decoder))
+        best = summed(solve(exact))
+        for margin in map(float, args.margins.split(",")):
+            done = auto_table(screen, measure, solve, columns=grid.measured, margin=margin, progress=False)
+            assert done.exact is not None
+            plan = solve(done)
+            measured = [(c, layer) for c in done.exact for layer, k in zip(*done.exact[c].nonzero(), strict=True)
+                        if k in grid.measured[c] and k != 0]
+            emit({"kind": "auto_margin", "model": args.model, "ratio": ratio, "margin": margin,
+                  "exact_entries": len(measured), "replay_share": round(sum(cost(int(l)) for _, l in measured) / table_cost, 4),
+                  "rounds": len(done.meta["auto"]["rounds"]), "summed_dl_exact": round(summed(plan), 6),
+                  "exact_summed_dl_exact": round(best, 6), "over_exact_optimum": round(summed(plan) / best - 1, 5),
+                  "threads": args.threads, "note": "offline: the exact rounds read the exact table; replay_share "
+                  f"weighs an entry at layer l by L - l + {HEAD_IN_LAYERS} (the head in decoder layers), the "
+                  "screen's cost (about 1/8 of the table) not included"})
+
+
+def screen_errors(exact: LossTable, screen: LossTable, columns: dict[str, list[int]]) -> dict[str, float]:
+    """Median and 90th percentile of the screen's relative error, raw and rescaled by an adjacent exact column."""
+    out = {}
+    for c, ks in columns.items():
+        ks = [k for k in ks if k]
+        e, s = exact.loss[c][:, ks], screen.loss[c][:, ks]
+        ok = (e > 1e-9) & (s > 1e-9)
+        raw = np.abs(s[ok] / e[ok] - 1)
+        near = np.abs((s[:, :-1] * (e[:, 1:] / s[:, 1:]))[ok[:, :-1] & ok[:, 1:]] / e[:, :-1][ok[:, :-1] & ok[:, 1:]] - 1)
+        for name, values in (("raw", raw), ("adjacent", near)):
+            out[f"{c}_{name}_median"] = round(float(np.median(values)), 4)
+            out[f"{c}_{name}_p90"] = round(float(np.percentile(values, 90)), 4)
+    return out
+
+
+def choices_of(solve):  # type: ignore[no-untyped-def]
+    """A table solver that returns the option index per component and layer (what auto_table takes)."""
+    return lambda table: solve(table).choice
+
+
+def kept_table(path: Path, measure) -> LossTable:  # type: ignore[no-untyped-def]
+    """The table at `path`, measured and written there first if it is not."""
+    if not path.is_file():
+        path.write_text(json.dumps(measure().to_dict()))
+    return LossTable.from_dict(json.loads(path.read_text()))
+
+
 def tiles(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     """A replay's logsumexp over a random head in tiles of rows x vocabulary slice: seconds per call."""
     torch.set_num_threads(args.threads)
@@ -82,16 +170,18 @@ def tiles(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["screen", "tiles"])
+    parser.add_argument("mode", choices=["screen", "tiles", "margins"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--ratios", default="0.25,0.5", help="screen: ratios to plan for")
     parser.add_argument("--variants", default="float32:1", help="screen: screen precision:stride, comma-separated")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--tables", default="runs/margins", help="margins: where the exact table and the screen are kept")
+    parser.add_argument("--margins", default="0,0.05,0.1", help="margins: auto margins to replay")
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out)
-    {"screen": screen, "tiles": tiles}[args.mode](args, log.emit)
+    {"screen": screen, "tiles": tiles, "margins": margins}[args.mode](args, log.emit)
 
 
 if __name__ == "__main__":
