@@ -48,8 +48,8 @@ def per_sample_loss(logits: torch.Tensor, input_ids: torch.Tensor, labels: str, 
     """(B,) summed next-token cross-entropy per sample, against sampled (`model`) or text (`data`) labels."""
     logits = logits.float()
     if labels == "model":
-        probs = torch.softmax(logits.detach(), dim=-1).flatten(0, 1).cpu()
-        targets = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:2]).to(logits.device)
+        probs = torch.softmax(logits.detach(), dim=-1).flatten(0, 1)  # sampled where it lies: no (B·T, V) copy to the host
+        targets = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:2])
     elif labels == "data":
         logits, targets = logits[:, :-1], input_ids[:, 1:]
     else:
@@ -63,7 +63,7 @@ def mask_gradients(adapter: ModelAdapter, input_ids: torch.Tensor, *, batch_size
     """Per-sample gradients of the loss w.r.t. every component's unit masks: {(layer, c): (N, units)}."""
     model = adapter.model
     device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)  # on a CPU the same stream as before
     grads: dict[tuple[int, str], list[torch.Tensor]] = {}
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
