@@ -56,7 +56,7 @@ def zeroshot(model: str, keep: Path, data_dir: str | None, tasks: list[str]) -> 
             subprocess.run(command, check=True)
             wall = round(time.perf_counter() - start, 1)
         for record in json.loads(out.read_text()):
-            records.append({**record, "acc": record["value"], "protocol": "llm-pruner", "process_wall_s": wall,
+            records.append({**record, "protocol": "llm-pruner", "process_wall_s": wall,
                             "task_command": "gapprune " + " ".join(repr(a) if a == "" else a for a in command[1:])})
     return records
 

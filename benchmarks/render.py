@@ -283,11 +283,13 @@ def protocol_zeroshot_section(records: list[dict]) -> list[str]:
         return []
     by_model: dict[tuple, dict[str, float]] = {}
     for r in shots:
-        by_model.setdefault((r["method"], r.get("ratio")), {})[r["task"]] = r["acc"]
-    lines = [("The 7 zero-shot tasks in full (no `--limit`; lm-evaluation-harness `acc`; "
-             "`python benchmarks/protocols.py --zeroshot`, records `protocol_zeroshot` in `protocols.json`, "
+        by_model.setdefault((r["method"], r.get("ratio")), {})[r["task"]] = r["value"]
+    metric = {r["task"]: r["metric"] for r in shots}  # LLM-Pruner's: acc_norm for HellaSwag, ARC-c, OpenBookQA
+    lines = [("The 7 zero-shot tasks in full (no `--limit`; lm-evaluation-harness, each task's metric in its "
+             "column; `python benchmarks/protocols.py --zeroshot`, records `protocol_zeroshot` in `protocols.json`, "
              f"{shots[0]['date']}); — not measured:"), "",
-             "| model | removed | " + " | ".join(ZEROSHOT_TASKS) + " | mean |", "|---|---|" + "---|" * 8]
+             "| model | removed | " + " | ".join(f"{t} ({metric[t]})" if t in metric else t for t in ZEROSHOT_TASKS)
+             + " | mean |", "|---|---|" + "---|" * 8]
     for (method, ratio), acc in by_model.items():
         label = f"{method} {100 * ratio:.0f}% of the model" if ratio else method
         mean = f"{100 * sum(acc.values()) / 7:.2f}" if len(acc) == 7 else "—"
