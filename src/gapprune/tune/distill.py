@@ -72,7 +72,7 @@ class DistillConfig:
     val_data: str | None = field(default=None, metadata={"help": "text for the validation KL instead of a held-out slice of the training text (a file, or alpaca/self): watch the text you want to keep, not the one you tune on"})
     eval_every: int = field(default=50, metadata={"help": "steps between validation KLs"})
     save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
-    dtype: str = field(default="float32", metadata={"help": "training dtype: float32 or bfloat16"})
+    dtype: str = field(default="float32", metadata={"help": "training dtype, float32 or bfloat16, whatever the folder was saved in; the tuned folder is saved in it"})
     seed: int = field(default=0, metadata={"help": "seed for the data order, teacher text and LoRA init"})
 
     def __post_init__(self) -> None:

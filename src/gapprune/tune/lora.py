@@ -42,7 +42,7 @@ class TuneConfig:
     eval_every: int = field(default=50, metadata={"help": "steps between validation losses"})
     save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
     train_on_inputs: bool = field(default=True, metadata={"help": "also train on the prompt tokens (LLM-Pruner default)"})
-    dtype: str = field(default="float32", metadata={"help": "training dtype: float32 or bfloat16"})
+    dtype: str = field(default="float32", metadata={"help": "training dtype, float32 or bfloat16, whatever the folder was saved in; the tuned folder is saved in it"})
     seed: int = field(default=0, metadata={"help": "seed for shuffling and LoRA init"})
 
     def __post_init__(self) -> None:
