@@ -9,6 +9,7 @@ from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
 from gapprune.models.modeling_gapprune import attention_of
+from tests.conftest import tiny_llama
 
 
 def _context(model, ids, criterion):
@@ -61,3 +62,24 @@ def test_gradients_refuse_a_scored_weight_that_does_not_reach_the_loss(tiny_mode
     with pytest.raises(ValueError, match="do not reach the loss"):
         accumulate_gradients(adapter, token_ids, batch_size=2, progress=False)
     assert all(p.grad is None for p in tiny_model.parameters())  # the finally clause cleaned up
+
+
+def test_half_precision_gradients_are_summed_in_float32(token_ids):
+    """Each batch's bf16 gradient is added in float32: exactly the float32 sum of the per-batch gradients."""
+    from gapprune.components import COMPONENTS
+
+    model = tiny_llama().to(torch.bfloat16)
+    adapter = get_adapter(model)
+    weights = [lin.weight for l in range(adapter.n_layers) for c in COMPONENTS for lin in adapter.component_weights(l, c)]
+    summed = accumulate_gradients(adapter, token_ids, batch_size=1, progress=False)
+    expected = {id(w): torch.zeros_like(w, dtype=torch.float32) for w in weights}
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for w in weights:
+        w.requires_grad_(True)
+    for row in token_ids.split(1):
+        model(input_ids=row, labels=row, use_cache=False).loss.backward()
+        for w in weights:
+            expected[id(w)] += w.grad.float()
+            w.grad = None
+    assert all(summed[id(w)].dtype == torch.float32 and torch.equal(summed[id(w)], expected[id(w)]) for w in weights)

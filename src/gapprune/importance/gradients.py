@@ -23,13 +23,24 @@ def accumulate_gradients(
     for w in weights:
         w.requires_grad_(True)
         w.grad = None
+    # half-precision weights: each batch's gradient is added into float32 sums, not into the weights' own
+    # dtype, whose 8 (bf16) or 11 (fp16) mantissa bits round every addition; float32 weights accumulate
+    # in their .grad as before (no second copy of every gradient)
+    sums: dict[int, torch.Tensor] | None = None if weights[0].dtype == torch.float32 else {}
     try:
         for batch in tqdm(list(batches(input_ids, batch_size)), desc="gradients", disable=not progress):
             batch = batch.to(device)
             loss = model(input_ids=batch, labels=batch, use_cache=False).loss
             loss.backward()
-        if unreached := sum(w.grad is None for w in weights):
+            if sums is not None:
+                for w in weights:
+                    if w.grad is not None:
+                        sums[id(w)] = sums[id(w)] + w.grad.float() if id(w) in sums else w.grad.float()
+                        w.grad = None
+        if unreached := sum(w.grad is None and (sums is None or id(w) not in sums) for w in weights):
             raise ValueError(f"{unreached} of the scored weights got no gradient: they do not reach the loss")
+        if sums is not None:
+            return sums
         return {id(w): w.grad.detach().clone() for w in weights if w.grad is not None}
     finally:
         for w in weights:
