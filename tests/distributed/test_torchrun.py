@@ -65,7 +65,7 @@ def test_world_sizes_1_2_3_give_the_same_table_and_folder(tiny_model_folder, tmp
     tables = {name: json.loads((out / "loss_table.json").read_text()) for name, out in outs.items()}
     assert tables["ws3"]["meta"]["world_size"] == 3 and len(tables["ws3"]["meta"]["rank_layers"]) == 3
     auto = tables["ws3"]["meta"]["auto"]  # the exact rounds are split over the ranks too, not repeated by each
-    assert [sum(r) for r in auto["rank_entries"]][: len(auto["rounds"])] == [r["entries"] for r in auto["rounds"]]
+    assert [sum(r) for r in auto["rank_entries"]] == [r["entries"] for r in auto["rounds"]]
     assert any(sum(n > 0 for n in r) > 1 for r in auto["rank_entries"])
     groups = {name: json.loads((out / "run.json").read_text()).get("process_group") for name, out in outs.items()}
     assert groups["plain"] is None  # no torchrun, no group

@@ -219,6 +219,9 @@ def test_a_profile_lends_its_scores_to_the_same_model_and_refuses_other_weights(
     half = calibrate_on(tiny_llama(0).to(torch.bfloat16), ids, config, scores=profile.scores)  # a GPU's `auto` dtype
     with pytest.raises(ValueError, match="measured on float32 weights and this run's are bfloat16"):
         plan_for(config, half, profile)
+    del profile.settings["weights_dtype"]  # as profiles saved before the dtype was recorded
+    with pytest.raises(ValueError, match="saved before gapprune recorded the weights' dtype"):
+        plan_for(config, half, profile)
 
 
 def test_one_budget_value_reaches_plan_for_and_a_parameter_count_is_the_ratio_it_equals():

@@ -150,12 +150,12 @@ def zero_shot(
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A short hash of every parameter's name, shape, dtype and two float64 sums: answers cached for
-    one model are never served to another (lm-eval keys its cache by the request alone)."""
+    """A short hash of every tensor's name, shape, dtype and bytes: answers cached for one model are
+    never served to another (lm-eval keys its cache by the request alone), and the same weights hash
+    alike on any device or thread count (sums would differ in their last bits)."""
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            sums = (float(tensor.sum(dtype=torch.float64)), float(tensor.abs().sum(dtype=torch.float64))) \
-                if tensor.is_floating_point() else (float(tensor.double().sum()), 0.0)
-            digest.update(json.dumps([name, list(tensor.shape), str(tensor.dtype), *sums]).encode())
+            digest.update(json.dumps([name, list(tensor.shape), str(tensor.dtype)]).encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]

@@ -71,11 +71,15 @@ class Profile:
     def check_matches(self, calibration: Calibration, config: PruneConfig) -> None:
         """A profile measured on another model, data or settings must not silently steer this one."""
         expected = calibration.fingerprint(config)
-        profiled_in = self.settings.get("weights_dtype", "float32")
-        if self.fingerprint != expected and profiled_in != calibration.weights_dtype:
+        profiled_in = self.settings.get("weights_dtype")  # recorded since 2026-12-05
+        if self.fingerprint != expected and profiled_in is not None and profiled_in != calibration.weights_dtype:
             raise ValueError(f"the profile was measured on {profiled_in} weights and this run's are "
                              f"{calibration.weights_dtype}; load the model with dtype {profiled_in} (--dtype) "
                              "or profile it again")
+        if self.fingerprint != expected and profiled_in is None and calibration.weights_dtype != "float32":
+            raise ValueError(f"the profile was saved before gapprune recorded the weights' dtype, and this run's "
+                             f"weights are {calibration.weights_dtype}: load the model with dtype float32 (--dtype) "
+                             "if it was profiled in float32, or profile it again")
         if self.fingerprint != expected:
             now = profile_settings(config)
             changed = [name for name in PROFILE_SETTINGS if self.settings.get(name, LATER_SETTINGS.get(name)) != now[name]]

@@ -201,6 +201,10 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
 
     checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
     saved = checkpoint.load_entries()  # entries a killed run measured: its rounds replay without replays
+    for part in all_gather(saved)[1:] if world_size() > 1 else []:  # a stop may have caught the ranks' writes apart:
+        for layer, row in part.items():  # every rank resumes from all of them, so all split the same rounds
+            for c, values in row.items():
+                saved.setdefault(layer, {}).setdefault(c, {}).update(values)
     per_rank: list[list[int]] = []  # entries each rank replayed, per round
 
     def measure(entries: Entries) -> Measured:  # a bar per round: replays of this round's candidates
