@@ -99,15 +99,7 @@ def _ensure_group() -> None:
 
 def shard_layers(n_layers: int, size: int | None = None, index: int | None = None) -> list[int]:
     """Start layers rank `index` of `size` profiles, balanced by replay cost ∝ (L − l + 1). Sorted."""
-    size = world_size() if size is None else size
-    index = rank() if index is None else index
-    load = [0] * size
-    owned: list[list[int]] = [[] for _ in range(size)]
-    for layer in range(n_layers):  # costliest first (layer 0 replays the most)
-        target = min(range(size), key=lambda r: (load[r], r))
-        owned[target].append(layer)
-        load[target] += n_layers - layer + 1
-    return sorted(owned[index])
+    return shard_entries(list(range(n_layers)), [1] * n_layers, n_layers, size, index)
 
 
 def shard_entries(layers: list[int], counts: list[int], n_layers: int, size: int | None = None,
