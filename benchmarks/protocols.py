@@ -4,7 +4,8 @@
         --out docs/results/protocols.json
 
 Each model is measured by `gapprune ppl MODEL --protocol P` (whole test sets, the protocol's window
-length) in a fresh process; records carry the protocol, the model and its plan's ratio and allocator.
+length) in a fresh process that keeps every scored window in `--keep` (`--resume`), so a stopped run
+goes on where it stopped; records carry the protocol, the model and its plan's ratio and allocator.
 `--zeroshot` instead runs the llm-pruner protocol's 7 tasks without a limit, one task per process
 (`gapprune eval MODEL --ppl '' --tasks T --out F`), so an interrupted run keeps every finished task:
 with `--keep DIR` a task whose F already lies in DIR is recorded from it, not run again, and a task
@@ -67,7 +68,8 @@ def main() -> None:
     p.add_argument("--protocols", default="llm-pruner,slicegpt")
     p.add_argument("--name", default="smollm2-135m", help="the base model's name in the records")
     p.add_argument("--zeroshot", action="store_true", help="the 7 tasks in full instead of perplexity")
-    p.add_argument("--keep", default="runs/zeroshot", help="--zeroshot: folder of the per-task results")
+    p.add_argument("--keep", default="runs/zeroshot", help="folder of the per-task results and of what a stopped "
+                   "run keeps to resume")
     p.add_argument("--tasks", default=",".join(TASKS), help="--zeroshot: the tasks (default: all 7)")
     args = p.parse_args()
     log = ResultLog(args.out)
@@ -85,6 +87,7 @@ def main() -> None:
                 out = Path(folder) / "ppl.json"
                 start = time.perf_counter()
                 subprocess.run([GAPPRUNE, "ppl", model, "--protocol", protocol, "--json", str(out),
+                                "--resume", str(Path(args.keep) / "windows"),
                                 *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True)
                 wall = time.perf_counter() - start
                 written = json.loads(out.read_text())

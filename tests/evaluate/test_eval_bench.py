@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from gapprune.evaluate.fingerprint import weights_fingerprint
 from gapprune.evaluate.speed import measure_speed
 from gapprune.evaluate.zeroshot import (
     LOGITS_BUDGET_BYTES,
     TASKS,
     TYPICAL_TOKENS,
     default_batch_size,
-    weights_fingerprint,
     zero_shot,
 )
 

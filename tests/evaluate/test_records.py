@@ -122,3 +122,21 @@ def test_eval_resume_keeps_the_answers_in_the_given_folder(tiny_model_folder, da
     first = json.loads(out.read_text())
     assert [p.name.startswith("requests-") and p.suffix == ".db" for p in answers.iterdir()] == [True]
     assert main(argv) == 0 and json.loads(out.read_text()) == first
+
+
+def test_ppl_resume_keeps_the_scored_windows_in_the_given_folder(tiny_model_folder, tmp_path):
+    import json
+
+    from gapprune.cli import main
+
+    folder, _ = tiny_model_folder
+    text, kept, out = tmp_path / "text.txt", tmp_path / "windows", tmp_path / "ppl.json"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    argv = ["ppl", str(folder), "--dataset", str(text), "--seq-len", "32", "--max-windows", "3", "--resume", str(kept),
+            "--json", str(out)]
+    assert main(argv) == 0
+    first = json.loads(out.read_text())
+    assert [p.name.startswith("ppl-") and p.suffix == ".json" for p in kept.iterdir()] == [True]
+    assert main(argv) == 0
+    again = json.loads(out.read_text())
+    assert (first["windows_resumed"], again["windows_resumed"]) == (0, 3) and again["ppl"] == first["ppl"]

@@ -29,6 +29,9 @@ class PplCommand:
         p.add_argument("--data-dir", default=None, help="data folder (else $GAPPRUNE_DATA, else the hub)")
         p.add_argument("--device", default="cpu")
         add_dtype_flag(p)
+        p.add_argument("--resume", default=None, metavar="DIR",
+                       help="keep every scored window's NLL in DIR (keyed by the weights and the windows), so a "
+                       "stopped run goes on where it stopped when run again with the same DIR")
         p.add_argument("--json", default=None, help="write the result to this JSON file")
         p.set_defaults(run=PplCommand.run)
 
@@ -52,7 +55,8 @@ class PplCommand:
         records = []
         for dataset, seq_len in runs:
             result = evaluate_ppl(model, tokenizer, dataset, split=args.split, seq_len=seq_len,
-                                  max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir)
+                                  max_windows=args.max_windows, batch_size=args.batch_size, data_dir=args.data_dir,
+                                  resume=args.resume)
             records.append({"model": args.model, **label, **result.to_record()})
             print(json.dumps(records[-1]))
         if args.json:
@@ -110,8 +114,8 @@ class EvalCommand:
         p.add_argument("--device", default="cpu")
         add_dtype_flag(p)
         p.add_argument("--resume", default=None, metavar="DIR",
-                       help="keep every answered zero-shot request in DIR (one file per model's weights), so a "
-                       "stopped evaluation resumes where it stopped when run again with the same DIR")
+                       help="keep every scored window and answered zero-shot request in DIR (keyed by the "
+                       "model's weights), so a stopped evaluation resumes where it stopped when run again with the same DIR")
         p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
         p.set_defaults(run=EvalCommand.run)
 

@@ -5,14 +5,18 @@ window is predicted, and the mean negative log-likelihood over all predicted tok
 Windows of models that need BOS start with it (`gapprune.data.text`), and `bos` records that protocol:
 numbers with and without BOS are not comparable.
 The LM head runs on a few hundred positions at a time, so memory stays bounded for any batch, window
-length and vocabulary.
+length and vocabulary. With `resume`, every scored window's NLL is kept on disk as it is measured, so
+a whole-test-set run of a large model on CPUs (hours) that is stopped goes on where it stopped.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data import bos_token_id, consecutive_windows, load_text, split_for, tokenize_text
+from gapprune.evaluate.fingerprint import tensor_fingerprint, weights_fingerprint
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class PerplexityResult:
     ppl: float
     wall_s: float
     bos: bool = False  # every window starts with BOS (then T - 1 text tokens, all predicted)
+    windows_resumed: int = 0  # windows read from a stopped run's log (`wall_s` is this run's part only)
 
     def to_record(self) -> dict[str, object]:
         return asdict(self)
@@ -59,6 +65,24 @@ def token_nll(model: PreTrainedModel, input_ids: torch.Tensor, chunk: int = 256)
     return nll.view(batch, positions).double().sum(dim=1)
 
 
+class WindowLog:
+    """The NLL of every window scored so far, kept in `folder` under a key of the weights, the windows
+    and the batch size (batches of other shapes can round differently), written whole after each batch."""
+
+    def __init__(self, folder: str | Path | None, model: torch.nn.Module, windows: torch.Tensor, batch_size: int):
+        self.path = None if folder is None else Path(folder) / (
+            f"ppl-{weights_fingerprint(model)}-{tensor_fingerprint(windows)}-b{batch_size}.json")
+        self.nll: list[float] = json.loads(self.path.read_text())["nll"] if self.path and self.path.is_file() else []
+
+    def extend(self, nll: list[float]) -> None:
+        self.nll += nll
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_suffix(".partial")
+            partial.write_text(json.dumps({"nll": self.nll}))
+            os.replace(partial, self.path)  # a kill mid-write leaves the previous log whole
+
+
 @torch.inference_mode()
 def perplexity(
     model: PreTrainedModel,
@@ -70,20 +94,24 @@ def perplexity(
     text_tokens: int | None = None,
     progress: bool = True,
     bos: bool = False,
+    resume: str | Path | None = None,
 ) -> PerplexityResult:
-    """Perplexity of `model` over `windows` (n, T); `bos`: the windows start with BOS (recorded)."""
+    """Perplexity of `model` over `windows` (n, T); `bos`: the windows start with BOS (recorded);
+    `resume`: a folder where the windows' NLLs are kept, so a stopped run goes on where it stopped."""
     device = next(model.parameters()).device
     n, seq_len = windows.shape
     start = time.perf_counter()
-    nll_sum = 0.0
-    bar = tqdm(total=n, desc=f"ppl {dataset or ''} T={seq_len}", unit="win", disable=not progress)
-    for i in range(0, n, batch_size):
+    log = WindowLog(resume, model, windows, batch_size)
+    resumed = len(log.nll)
+    bar = tqdm(total=n, initial=len(log.nll), desc=f"ppl {dataset or ''} T={seq_len}", unit="win",
+               disable=not progress)
+    for i in range(len(log.nll), n, batch_size):
         batch = windows[i : i + batch_size].to(device)
-        nll_sum += float(token_nll(model, batch).sum())
+        log.extend(token_nll(model, batch).tolist())
         bar.update(batch.shape[0])
     bar.close()
     predicted = n * (seq_len - 1)
-    nll = nll_sum / predicted
+    nll = math.fsum(log.nll) / predicted  # exact sum: a resumed run gives the fresh run's number
     return PerplexityResult(
         dataset=dataset,
         split=split,
@@ -95,6 +123,7 @@ def perplexity(
         ppl=math.exp(nll),
         wall_s=round(time.perf_counter() - start, 2),
         bos=bos,
+        windows_resumed=resumed,
     )
 
 
@@ -109,10 +138,11 @@ def evaluate_ppl(
     batch_size: int | None = None,
     data_dir: str | None = None,
     progress: bool = True,
+    resume: str | Path | None = None,
 ) -> PerplexityResult:
     """Perplexity on a named data set or text file (whole split tokenised once; BOS per window when
     the tokenizer adds one, recorded in the result). `split` None: the set's evaluation split (test
-    for wikitext2 and ptb, validation for c4)."""
+    for wikitext2 and ptb, validation for c4); `resume`: see `perplexity`."""
     split = split_for(dataset, "evaluation", split) or split or "test"
     ids = tokenize_text(load_text(dataset, split, data_dir), tokenizer)
     bos = bos_token_id(tokenizer)
@@ -120,5 +150,5 @@ def evaluate_ppl(
     batch = batch_size or max(1, 2048 // seq_len)
     return perplexity(
         model, windows, batch_size=batch, dataset=dataset, split=split, text_tokens=ids.numel(), progress=progress,
-        bos=bos is not None,
+        bos=bos is not None, resume=resume,
     )

@@ -39,11 +39,11 @@ def eval_records(
     resume: str | None = None,
 ) -> list[Record]:
     """Perplexity on `datasets`, then zero-shot accuracy on `tasks` (lm-eval), one record each;
-    `resume`: the folder of answered zero-shot requests (`zero_shot`)."""
+    `resume`: the folder of scored windows and answered requests (`perplexity`, `zero_shot`)."""
     from gapprune.evaluate.perplexity import evaluate_ppl
 
     records = [ppl_record(model_name, evaluate_ppl(model, tokenizer, dataset, seq_len=seq_len, max_windows=max_windows,
-                                                   data_dir=data_dir)) for dataset in datasets]
+                                                   data_dir=data_dir, resume=resume)) for dataset in datasets]
     if tasks:
         from gapprune.evaluate.zeroshot import zero_shot
 

@@ -9,7 +9,6 @@ HellaSwag, ARC-c, OpenBookQA.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -17,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data.sources import data_dir as resolve_data_dir
+from gapprune.evaluate.fingerprint import weights_fingerprint
 
 
 @dataclass(frozen=True)
@@ -147,15 +146,3 @@ def zero_shot(
             "stderr": float(row.get(f"{metric}_stderr,none", float("nan"))), "limit": limit,
         })
     return records
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A short hash of every tensor's name, shape, dtype and bytes: answers cached for one model are
-    never served to another (lm-eval keys its cache by the request alone), and the same weights hash
-    alike on any device or thread count (sums would differ in their last bits)."""
-    digest = hashlib.sha256()
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            digest.update(json.dumps([name, list(tensor.shape), str(tensor.dtype)]).encode())
-            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
