@@ -53,20 +53,35 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(f"{describe()}: stopped by signal {signum} (another rank failed)")
 
 
-def setup(device: str, timeout_s: float = 3600.0) -> str:
-    """Join the process group when started by torchrun; returns the device this rank should use.
+def rank_device(device: str, local_rank: int, local_ranks: int, visible_gpus: int) -> str:
+    """The device of one rank among `local_ranks` on this machine that sees `visible_gpus` GPUs.
 
-    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks on one machine use N GPUs; a numbered one
-    would put every rank on that GPU, so it is refused when there are several.
+    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks use N GPUs. A rank that sees one GPU takes it
+    whatever its number (launchers such as SLURM give each rank its own GPU through
+    CUDA_VISIBLE_DEVICES). A numbered GPU among several would put every rank on it, so it is refused.
     """
-    if "WORLD_SIZE" not in os.environ:  # not started by torchrun
-        return device
-    if device.startswith("cuda:") and int(os.environ["WORLD_SIZE"]) > 1:
-        raise ValueError(f"--device {device} would put all {os.environ['WORLD_SIZE']} torchrun ranks on one GPU; "
+    if not device.startswith("cuda") or local_ranks == 1:
+        return "cuda:0" if device == "cuda" else device
+    if visible_gpus == 1:
+        return "cuda:0"
+    if device != "cuda":
+        raise ValueError(f"--device {device} would put all {local_ranks} torchrun ranks of this machine on one GPU; "
                          "pass --device cuda and each rank takes cuda:LOCAL_RANK (choose the GPUs with "
                          "CUDA_VISIBLE_DEVICES)")
-    if device == "cuda":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if local_rank >= visible_gpus:
+        raise ValueError(f"{local_ranks} torchrun ranks on this machine but {visible_gpus} GPUs visible: start at most "
+                         f"{visible_gpus} ranks per machine (--nproc-per-node), or make more GPUs visible")
+    return f"cuda:{local_rank}"
+
+
+def setup(device: str, timeout_s: float = 3600.0) -> str:
+    """Join the process group when started by torchrun; returns the device this rank should use
+    (`rank_device`)."""
+    if "WORLD_SIZE" not in os.environ:  # not started by torchrun
+        return device
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    visible = torch.cuda.device_count() if device.startswith("cuda") else 0
+    device = rank_device(device, int(os.environ.get("LOCAL_RANK", "0")), local_ranks, visible)
     on_cuda = device.startswith("cuda")
     if on_cuda:
         torch.cuda.set_device(torch.device(device))

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+import torch
 from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,19 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
+def wait_for_gpus() -> None:
+    """Let queued GPU work finish, so a phase's time is its own (CUDA kernels run asynchronously and
+    would otherwise be charged to whichever phase next waits for a result)."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 @contextmanager
 def timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    wait_for_gpus()
     start = time.perf_counter()
     yield
+    wait_for_gpus()
     return_free_memory()
     timings[phase] = round(timings.get(phase, 0.0) + time.perf_counter() - start, 3)
     PEAK_RSS_AFTER[phase] = peak_rss_mb()

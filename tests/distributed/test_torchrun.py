@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from gapprune.distributed import setup, shard_layers
+from gapprune.distributed import rank_device, setup, shard_layers
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,6 +40,18 @@ def test_a_numbered_gpu_for_several_ranks_is_refused_before_joining(monkeypatch)
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match="pass --device cuda"):
         setup("cuda:0")
+
+
+def test_each_rank_gets_its_own_gpu_or_a_clear_error():
+    assert [rank_device("cuda", r, 4, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert rank_device("cuda:1", 3, 4, 1) == "cuda:0"  # the launcher gave each rank one GPU (SLURM)
+    assert rank_device("cuda", 2, 4, 1) == "cuda:0"
+    assert rank_device("cuda:3", 0, 1, 8) == "cuda:3"  # one rank per machine: any GPU of it
+    assert rank_device("cpu", 1, 2, 0) == "cpu"
+    with pytest.raises(ValueError, match="pass --device cuda"):
+        rank_device("cuda:0", 1, 2, 2)
+    with pytest.raises(ValueError, match="start at most 2 ranks per machine"):
+        rank_device("cuda", 2, 3, 2)
 
 
 def test_start_layers_are_split_by_replay_cost():
