@@ -243,33 +243,26 @@ def domain_table(records: list[dict], model: str, windows: int, ratio_of: str) -
     return lines + [""]
 
 
-def protocols_section(records: list[dict], dense: list[dict]) -> list[str]:
-    """Whole test sets under the papers' protocols (`gapprune ppl --protocol`), dense from dense.json."""
+def protocols_section(records: list[dict]) -> list[str]:
+    """Whole test sets under the papers' protocols (`gapprune ppl --protocol`), a row per model and plan."""
     records = [r for r in records if r.get("kind") == "protocol"]
     if not records:
         return []
     columns = [("llm-pruner", "wikitext2", 128), ("llm-pruner", "ptb", 128), ("slicegpt", "wikitext2", 2048)]
-    whole = {(r["dataset"], r["seq_len"]): r["ppl"] for r in dense
-             if r.get("split") == "test" and r.get("windows") in (2382, 148, 826, 51)}
-    measured = {(r["dataset"], r["seq_len"]): r["ppl"] for r in records if r.get("allocator") == "dense"}
-    whole.update(measured)  # the dense model measured under the protocol itself, where it was
-    records = [r for r in records if r.get("allocator") != "dense"]
+    rows: dict[tuple[str, str], dict[tuple, float]] = {}
+    for r in sorted(records, key=lambda r: r.get("allocator") != "dense"):  # each model's dense row first
+        plan = "dense" if r.get("allocator") == "dense" else \
+            f"{r['allocator']} {100 * r['target_ratio']:.0f}% of the {r.get('ratio_of') or 'model'}"
+        rows.setdefault((r["model"], plan), {})[(r["protocol"], r["dataset"], r["seq_len"])] = r["ppl"]
     lines = ["## The papers' protocols: whole test sets", "",
              ("`gapprune ppl MODEL --protocol llm-pruner` (LLM-Pruner, FLAP, SlimLLM: WikiText-2 and PTB test sets whole, "
               "windows of 128 tokens) and `--protocol slicegpt` (SliceGPT, ShortGPT, SLEB: WikiText-2 test whole, windows "
-              f"of 2,048); `python benchmarks/protocols.py` (records in `protocols.json`, machine {records[0]['machine']}, "
-              f"{records[0]['date']}). Dense row: " + ("the protocol's own records where measured, else " if measured else "")
-              + "the whole-set records of `dense.json` (2026-11-29). CLI defaults "
-              "(WikiText-2 calibration, obs, auto profiler, lsq)."), "",
-             "| model | removed | WikiText-2, 128 | PTB, 128 | WikiText-2, 2048 |", "|---|---|---|---|---|",
-             "| smollm2-135m | dense | " + " | ".join(f"{whole[(d, t)]:.2f}" if (d, t) in whole else "—"
-                                                   for _, d, t in columns) + " |"]
-    for key in dict.fromkeys((r["folder"], r.get("allocator"), r.get("target_ratio")) for r in records):
-        rows = {(r["protocol"], r["dataset"], r["seq_len"]): r["ppl"] for r in records
-                if (r["folder"], r.get("allocator"), r.get("target_ratio")) == key}
-        ratio = f"{key[1]} {100 * key[2]:.0f}% of the model" if key[2] else str(key[1])
-        lines.append(f"| {records[0]['model']} | {ratio} | " + " | ".join(
-            f"{rows[c]:.2f}" if c in rows else "—" for c in columns) + " |")
+              "of 2,048); `python benchmarks/protocols.py` (records in `protocols.json` with their machine, "
+              f"{' to '.join(sorted({records[0]['date'], records[-1]['date']}))}). CLI defaults (WikiText-2 calibration, "
+              "obs, auto profiler, lsq); — not measured."), "",
+             "| model | removed | WikiText-2, 128 | PTB, 128 | WikiText-2, 2048 |", "|---|---|---|---|---|"]
+    for (model, plan), cells in sorted(rows.items(), key=lambda item: item[0][0] != records[0]["model"]):
+        lines.append(f"| {model} | {plan} | " + " | ".join(f"{cells[c]:.2f}" if c in cells else "—" for c in columns) + " |")
     return lines + [""]
 
 
@@ -456,7 +449,7 @@ def main() -> None:
     lines = ["# Results", "", "Every number here was measured by the command given with it; JSON records in `docs/results/`.", ""]
     lines += allocator_section(load("allocators.json"))
     lines += calibration_domain_section(load("allocators.json"))
-    lines += protocols_section(load("protocols.json"), load("dense.json")) + protocol_zeroshot_section(load("protocols.json"))
+    lines += protocols_section(load("protocols.json")) + protocol_zeroshot_section(load("protocols.json"))
     lines += distill_section(load("recovery.json"))
     lines += families_section(load("allocators.json"), load("families.json"))
     lines += ["## Finished studies", "", ("Dense perplexity on the full test splits, recovery by compensation and LoRA, "
