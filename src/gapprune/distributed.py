@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -56,28 +57,50 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def rank_device(device: str, local_rank: int, local_ranks: int, visible_gpus: int) -> str:
     """The device of one rank among `local_ranks` on this machine that sees `visible_gpus` GPUs.
 
-    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks use N GPUs. A rank that sees one GPU takes it
-    whatever its number (launchers such as SLURM give each rank its own GPU through
-    CUDA_VISIBLE_DEVICES). A numbered GPU among several would put every rank on it, so it is refused.
+    A bare "cuda" becomes "cuda:LOCAL_RANK", so N ranks use N GPUs; a rank that sees one GPU (launchers
+    such as SLURM give each rank its own through CUDA_VISIBLE_DEVICES) takes cuda:0. A numbered GPU
+    among several would put every rank on it, and more ranks than GPUs would share some: both refused
+    on every rank, before any joins. Ranks that still share a GPU are refused after joining
+    (`refuse_shared_gpus`), as one visible GPU per rank cannot be told apart from one GPU in all.
     """
-    if not device.startswith("cuda") or local_ranks == 1:
+    if not device.startswith("cuda"):
+        return device
+    if local_ranks == 1 or visible_gpus == 1:
         return "cuda:0" if device == "cuda" else device
-    if visible_gpus == 1:
-        return "cuda:0"
     if device != "cuda":
         raise ValueError(f"--device {device} would put all {local_ranks} torchrun ranks of this machine on one GPU; "
                          "pass --device cuda and each rank takes cuda:LOCAL_RANK (choose the GPUs with "
                          "CUDA_VISIBLE_DEVICES)")
-    if local_rank >= visible_gpus:
+    if local_ranks > visible_gpus:
         raise ValueError(f"{local_ranks} torchrun ranks on this machine but {visible_gpus} GPUs visible: start at most "
                          f"{visible_gpus} ranks per machine (--nproc-per-node), or make more GPUs visible")
     return f"cuda:{local_rank}"
 
 
+def refuse_shared_gpus(gpus: list[str]) -> None:
+    """Each rank's GPU (host and UUID, in rank order) must be its own: two ranks on one GPU would
+    compete for its memory and NCCL refuses them with a message that does not say why."""
+    seen: dict[str, list[int]] = {}
+    for r, gpu in enumerate(gpus):
+        seen.setdefault(gpu, []).append(r)
+    shared = [ranks for ranks in seen.values() if len(ranks) > 1]
+    if shared:
+        raise ValueError(f"torchrun ranks {', '.join('/'.join(map(str, ranks)) for ranks in shared)} share one GPU: "
+                         "start one rank per GPU (--nproc-per-node at most the GPUs each machine has)")
+
+
+def _gpu_identity(device: str) -> str:
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return f"{socket.gethostname()}:{getattr(props, 'uuid', device)}"
+
+
 def setup(device: str, timeout_s: float = 3600.0) -> str:
     """Join the process group when started by torchrun; returns the device this rank should use
-    (`rank_device`)."""
+    (`rank_device`). A plain run on a numbered GPU makes it the current one, so that waits for
+    queued work (`phases.wait_for_gpus`) wait on it."""
     if "WORLD_SIZE" not in os.environ:  # not started by torchrun
+        if device.startswith("cuda:"):
+            torch.cuda.set_device(torch.device(device))
         return device
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     visible = torch.cuda.device_count() if device.startswith("cuda") else 0
@@ -90,6 +113,9 @@ def setup(device: str, timeout_s: float = 3600.0) -> str:
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
         dist.barrier()  # one real collective, also at world size 1 (on gloo: barriers take the CPU backend)
         if on_cuda:  # and one on a CUDA tensor, the only kind NCCL carries (objects and barriers go over gloo)
+            gpus: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gpus, _gpu_identity(device))
+            refuse_shared_gpus(gpus)
             probe = torch.ones(1, device=device)
             dist.all_reduce(probe)
             _COLLECTIVES["cuda_all_reduce"] = int(probe.item()) == dist.get_world_size()

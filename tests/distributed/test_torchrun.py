@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from gapprune.distributed import rank_device, setup, shard_layers
+from gapprune.distributed import rank_device, refuse_shared_gpus, setup, shard_layers
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,20 +39,27 @@ def test_a_numbered_gpu_for_several_ranks_is_refused_before_joining(monkeypatch)
     """`--device cuda:0` under torchrun would put every rank on GPU 0; a bare `cuda` spreads them."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # the same on a machine with any GPUs or none
     with pytest.raises(ValueError, match="pass --device cuda"):
         setup("cuda:0")
 
 
 def test_each_rank_gets_its_own_gpu_or_a_clear_error():
     assert [rank_device("cuda", r, 4, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
-    assert rank_device("cuda:1", 3, 4, 1) == "cuda:0"  # the launcher gave each rank one GPU (SLURM)
-    assert rank_device("cuda", 2, 4, 1) == "cuda:0"
+    assert rank_device("cuda", 2, 4, 1) == "cuda:0"  # the launcher gave each rank one GPU (SLURM)
     assert rank_device("cuda:3", 0, 1, 8) == "cuda:3"  # one rank per machine: any GPU of it
     assert rank_device("cpu", 1, 2, 0) == "cpu"
     with pytest.raises(ValueError, match="pass --device cuda"):
         rank_device("cuda:0", 1, 2, 2)
-    with pytest.raises(ValueError, match="start at most 2 ranks per machine"):
-        rank_device("cuda", 2, 3, 2)
+    for local_rank in (0, 2):  # every rank refuses, not only those without a GPU
+        with pytest.raises(ValueError, match="start at most 2 ranks per machine"):
+            rank_device("cuda", local_rank, 3, 2)
+
+
+def test_ranks_sharing_a_gpu_are_refused_by_name():
+    refuse_shared_gpus(["a:GPU-1", "a:GPU-2", "b:GPU-1"])  # the same UUID on two hosts is two GPUs
+    with pytest.raises(ValueError, match="ranks 0/2 share one GPU"):
+        refuse_shared_gpus(["a:GPU-1", "a:GPU-2", "a:GPU-1"])
 
 
 def test_start_layers_are_split_by_replay_cost():

@@ -58,3 +58,21 @@ def test_kept_windows_are_not_served_to_other_weights_windows_or_batches(llama, 
     seen = count_batches(monkeypatch)
     changed = perplexity(llama, windows, batch_size=3, progress=False, resume=tmp_path)
     assert changed.windows_resumed == 0 and sum(seen) == 10
+
+
+def test_a_changed_config_is_not_served_the_kept_windows(llama, windows, tmp_path):
+    perplexity(llama, windows, batch_size=3, progress=False, resume=tmp_path)
+    llama.config.rms_norm_eps *= 10  # not a weight: the state dict is the same
+    assert perplexity(llama, windows, batch_size=3, progress=False, resume=tmp_path).windows_resumed == 0
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"nll": [1.0, 2.0]}', '{"nll": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, '
+                                     '8.0, 9.0, 10.0, 11.0]}', '{"nll": ["a", "b", "c"]}', '{"other": []}'])
+def test_a_log_that_does_not_fit_is_set_aside_and_everything_scored(llama, windows, tmp_path, caplog, content):
+    fresh = perplexity(llama, windows, batch_size=3, progress=False, resume=tmp_path)
+    [path] = tmp_path.glob("ppl-*.json")
+    path.write_text(content)  # torn, a partial batch, more windows than there are, not numbers, no list
+    with caplog.at_level("WARNING"):
+        again = perplexity(llama, windows, batch_size=3, progress=False, resume=tmp_path)
+    assert again.windows_resumed == 0 and again.nll == fresh.nll
+    assert str(path) in caplog.text

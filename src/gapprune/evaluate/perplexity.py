@@ -11,7 +11,9 @@ a whole-test-set run of a large model on CPUs (hours) that is stopped goes on wh
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -25,6 +27,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data import bos_token_id, consecutive_windows, load_text, split_for, tokenize_text
 from gapprune.evaluate.fingerprint import tensor_fingerprint, weights_fingerprint
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,19 +70,43 @@ def token_nll(model: PreTrainedModel, input_ids: torch.Tensor, chunk: int = 256)
 
 
 class WindowLog:
-    """The NLL of every window scored so far, kept in `folder` under a key of the weights, the windows
-    and the batch size (batches of other shapes can round differently), written whole after each batch."""
+    """The NLL of every window scored so far, kept in `folder` under a key of everything that decides
+    them: the weights, the model's config, the device type, torch's version, the windows and the batch
+    size (batches of other shapes can round differently). Rewritten whole after each batch; a log that
+    does not fit the windows is set aside with a warning and the run starts again."""
 
-    def __init__(self, folder: str | Path | None, model: torch.nn.Module, windows: torch.Tensor, batch_size: int):
-        self.path = None if folder is None else Path(folder) / (
-            f"ppl-{weights_fingerprint(model)}-{tensor_fingerprint(windows)}-b{batch_size}.json")
-        self.nll: list[float] = json.loads(self.path.read_text())["nll"] if self.path and self.path.is_file() else []
+    def __init__(self, folder: str | Path | None, model: PreTrainedModel, windows: torch.Tensor, batch_size: int):
+        self.batch_size, self.n = batch_size, windows.shape[0]
+        self.nll: list[float] = []
+        self.path = None
+        if folder is None:
+            return
+        device = next(model.parameters()).device
+        settings = json.dumps([model.config.to_json_string(), str(getattr(model.config, "_attn_implementation", "")),
+                               device.type, torch.__version__], sort_keys=True)
+        key = hashlib.sha256(settings.encode()).hexdigest()[:8]
+        self.path = Path(folder) / (f"ppl-{weights_fingerprint(model)}-{tensor_fingerprint(windows)}-{key}"
+                                    f"-b{batch_size}.json")
+        if self.path.is_file():
+            self.nll = self._read(self.path)
+
+    def _read(self, path: Path) -> list[float]:
+        try:
+            nll = json.loads(path.read_text())["nll"]
+            if not (isinstance(nll, list) and all(isinstance(v, float) for v in nll)):
+                raise ValueError("not a list of numbers")
+            if len(nll) > self.n or (len(nll) % self.batch_size and len(nll) != self.n):
+                raise ValueError(f"{len(nll)} windows for {self.n} in batches of {self.batch_size}")
+        except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError is a ValueError
+            log.warning("perplexity log %s does not fit these windows (%s): scoring them all again", path, err)
+            return []
+        return nll
 
     def extend(self, nll: list[float]) -> None:
         self.nll += nll
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.path.with_suffix(".partial")
+            partial = self.path.with_suffix(f".{os.getpid()}.partial")  # two processes never write one file
             partial.write_text(json.dumps({"nll": self.nll}))
             os.replace(partial, self.path)  # a kill mid-write leaves the previous log whole
 
@@ -101,17 +129,17 @@ def perplexity(
     device = next(model.parameters()).device
     n, seq_len = windows.shape
     start = time.perf_counter()
-    log = WindowLog(resume, model, windows, batch_size)
-    resumed = len(log.nll)
-    bar = tqdm(total=n, initial=len(log.nll), desc=f"ppl {dataset or ''} T={seq_len}", unit="win",
+    kept = WindowLog(resume, model, windows, batch_size)
+    resumed = len(kept.nll)
+    bar = tqdm(total=n, initial=resumed, desc=f"ppl {dataset or ''} T={seq_len}", unit="win",
                disable=not progress)
-    for i in range(len(log.nll), n, batch_size):
+    for i in range(resumed, n, batch_size):
         batch = windows[i : i + batch_size].to(device)
-        log.extend(token_nll(model, batch).tolist())
+        kept.extend(token_nll(model, batch).tolist())
         bar.update(batch.shape[0])
     bar.close()
     predicted = n * (seq_len - 1)
-    nll = math.fsum(log.nll) / predicted  # exact sum: a resumed run gives the fresh run's number
+    nll = math.fsum(kept.nll) / predicted  # exact sum: a resumed run gives the fresh run's number
     return PerplexityResult(
         dataset=dataset,
         split=split,
