@@ -13,6 +13,7 @@ assert _spec is not None and _spec.loader is not None
 render = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
 sys.path.remove(str(BENCHMARKS))
+sys.modules.pop("common")  # the benchmarks' own module must not stay importable under that name
 
 
 def protocol_record(model: str, allocator: str, dataset: str, ppl: float, ratio: float = 0.0,

@@ -18,7 +18,8 @@ def calls(monkeypatch):  # type: ignore[no-untyped-def]
 
     seen: list[dict] = []
 
-    def fake(model, tokenizer, dataset, split=None, seq_len=2048, max_windows=None, batch_size=None, data_dir=None):
+    def fake(model, tokenizer, dataset, split=None, seq_len=2048, max_windows=None, batch_size=None, data_dir=None,
+             resume=None):
         seen.append({"dataset": dataset, "seq_len": seq_len, "max_windows": max_windows})
         return PerplexityResult(dataset=dataset, split="test", seq_len=seq_len, windows=1, tokens=seq_len,
                                 predicted_tokens=seq_len, nll=1.0, ppl=2.718, wall_s=0.0)
