@@ -11,7 +11,6 @@ a whole-test-set run of a large model on CPUs (hours) that is stopped goes on wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -26,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.data import bos_token_id, consecutive_windows, load_text, split_for, tokenize_text
-from gapprune.evaluate.fingerprint import tensor_fingerprint, weights_fingerprint
+from gapprune.evaluate.fingerprint import settings_fingerprint, tensor_fingerprint, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +80,7 @@ class WindowLog:
         self.path = None
         if folder is None:
             return
-        device = next(model.parameters()).device
-        settings = json.dumps([model.config.to_json_string(), str(getattr(model.config, "_attn_implementation", "")),
-                               device.type, torch.__version__], sort_keys=True)
-        key = hashlib.sha256(settings.encode()).hexdigest()[:8]
-        self.path = Path(folder) / (f"ppl-{weights_fingerprint(model)}-{tensor_fingerprint(windows)}-{key}"
+        self.path = Path(folder) / (f"ppl-{weights_fingerprint(model)}-{tensor_fingerprint(windows)}-{settings_fingerprint(model)}"
                                     f"-b{batch_size}.json")
         if self.path.is_file():
             self.nll = self._read(self.path)
