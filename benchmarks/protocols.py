@@ -5,7 +5,8 @@
 
 Each model is measured by `gapprune ppl MODEL --protocol P` (whole test sets, the protocol's window
 length) in a fresh process that keeps every scored window in `--keep` (`--resume`), so a stopped run
-goes on where it stopped; records carry the protocol, the model and its plan's ratio and allocator.
+goes on where it stopped; each data set's record is written as soon as it is scored, with the protocol,
+the model and its plan's ratio and allocator.
 `--zeroshot` instead runs the llm-pruner protocol's 7 tasks without a limit, one task per process
 (`gapprune eval MODEL --ppl '' --tasks T --out F`), so an interrupted run keeps every finished task:
 with `--keep DIR` a task whose F already lies in DIR is recorded from it, not run again, and a task
@@ -20,8 +21,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,20 +83,28 @@ def main() -> None:
                           "method": label["allocator"], "ratio": label["target_ratio"], **label})
         return
     for model in args.models.split(","):
+        label = plan_label(model)
         for protocol in args.protocols.split(","):
-            with tempfile.TemporaryDirectory() as folder:
-                out = Path(folder) / "ppl.json"
-                start = time.perf_counter()
-                subprocess.run([GAPPRUNE, "ppl", model, "--protocol", protocol, "--json", str(out),
-                                "--resume", str(Path(args.keep) / "windows"),
-                                *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True)
-                wall = time.perf_counter() - start
-                written = json.loads(out.read_text())
-            for record in written if isinstance(written, list) else [written]:
-                log.emit({"kind": "protocol", **record, "model": args.name, "folder": model, **plan_label(model),
-                          "method": plan_label(model)["allocator"],
-                          "process_wall_s": round(wall, 1)})
+            command = [GAPPRUNE, "ppl", model, "--protocol", protocol, "--resume", str(Path(args.keep) / "windows"),
+                       *(["--data-dir", args.data_dir] if args.data_dir else [])]
+            for record, wall in scored_sets(command):
+                log.emit({"kind": "protocol", **record, "model": args.name, "folder": model, **label,
+                          "method": label["allocator"], "process_wall_s": wall})
 
+
+def scored_sets(command: list[str]) -> Iterator[tuple[dict, float]]:
+    """Each data set's record as `gapprune ppl` prints it (one JSON line per set), with the process's time so
+    far: a protocol of two sets stopped in the second keeps the first's record."""
+    start = time.perf_counter()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("{"):
+                yield json.loads(line), round(time.perf_counter() - start, 1)
+            else:
+                print(line, end="")
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
 
 if __name__ == "__main__":
     main()
