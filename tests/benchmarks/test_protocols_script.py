@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # protocols.py imports common.py beside it
-_spec = importlib.util.spec_from_file_location("benchmarks_protocols", BENCHMARKS / "protocols.py")
-assert _spec is not None and _spec.loader is not None
-protocols = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(protocols)
-while str(BENCHMARKS) in sys.path:  # the script puts it there too
-    sys.path.remove(str(BENCHMARKS))
-sys.modules.pop("common")  # the benchmarks' own module must not stay importable under that name
+from tests.benchmarks.scripts import benchmark_script
+
+protocols = benchmark_script("protocols")
 
 
 def printing(*lines: str, exit_code: int = 0) -> list[str]:

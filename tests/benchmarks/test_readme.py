@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # readme.py is a script beside the benchmarks; loaded from its file
-_spec = importlib.util.spec_from_file_location("benchmarks_readme", BENCHMARKS / "readme.py")
-assert _spec is not None and _spec.loader is not None
-readme = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(readme)
-sys.path.remove(str(BENCHMARKS))
+from tests.benchmarks.scripts import benchmark_script
+
+readme = benchmark_script("readme")
 
 README = readme.ROOT / "README.md"
 # a measured-looking number standing alone (model names such as Qwen2.5 or SmolLM2-135M are not numbers)

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from tests.benchmarks.scripts import benchmark_script
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # render.py imports common.py beside it
-_spec = importlib.util.spec_from_file_location("benchmarks_render", BENCHMARKS / "render.py")
-assert _spec is not None and _spec.loader is not None
-render = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(render)
-sys.path.remove(str(BENCHMARKS))
-sys.modules.pop("common")  # the benchmarks' own module must not stay importable under that name
+render = benchmark_script("render")
 
 
 def protocol_record(model: str, allocator: str, dataset: str, ppl: float, ratio: float = 0.0,

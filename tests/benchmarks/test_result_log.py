@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-# Loaded from its file: benchmarks/ is not a package and stays off sys.path.
-_spec = importlib.util.spec_from_file_location("benchmarks_common", Path(__file__).resolve().parents[2] / "benchmarks" / "common.py")
-assert _spec is not None and _spec.loader is not None
-_common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_common)
+from tests.benchmarks.scripts import benchmark_script
+
+_common = benchmark_script("common")
 ResultLog = _common.ResultLog
 
 
