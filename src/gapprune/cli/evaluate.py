@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gapprune.cli.flags import add_dtype_flag
+from gapprune.cli.flags import add_dtype_flag, window_count
 
 
 class PplCommand:
@@ -22,7 +22,7 @@ class PplCommand:
         p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, or a .txt/.jsonl file")
         p.add_argument("--split", default=None, help="default: the set's evaluation split (test; validation for c4)")
         p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 2048)")
-        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--max-windows", type=window_count, default=None)
         p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes data sets, lengths and "
                        "windows: llm-pruner (whole WikiText-2 and PTB tests at 128) or slicegpt (WikiText-2 at 2048)")
         p.add_argument("--batch-size", type=int, default=None)
@@ -40,7 +40,7 @@ class PplCommand:
         from gapprune.api import load, require_tokenizer
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
-        from gapprune.export.output import check_output
+        from gapprune.export.output import check_output, write_file_atomically
 
         if args.json:
             check_output(args.json, overwrite=True, kind="file", flag="--json")
@@ -60,7 +60,7 @@ class PplCommand:
             records.append({"model": args.model, **label, **result.to_record()})
             print(json.dumps(records[-1]))
         if args.json:
-            Path(args.json).write_text(json.dumps(records[0] if len(records) == 1 else records, indent=1) + "\n")
+            write_file_atomically(args.json, json.dumps(records[0] if len(records) == 1 else records, indent=1) + "\n")
         return 0
 
 
@@ -103,7 +103,7 @@ class EvalCommand:
         p.add_argument("model")
         p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets (default wikitext2,ptb; '' for none)")
         p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 128)")
-        p.add_argument("--max-windows", type=int, default=None)
+        p.add_argument("--max-windows", type=window_count, default=None)
         p.add_argument("--tasks", default=None, help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
         p.add_argument("--limit", type=int, default=None, help="first N examples per task")
         p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes everything above: "
@@ -125,10 +125,13 @@ class EvalCommand:
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.evaluate.records import eval_records, eval_table
         from gapprune.evaluate.zeroshot import check_tasks
-        from gapprune.export.output import check_output
+        from gapprune.export.output import check_output, write_file_atomically
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")
+            if Path(args.out).suffix == ".md":
+                raise ValueError(f"--out {args.out}: the records are JSON and the table goes beside them as .md; "
+                                 "name the JSON file, e.g. --out eval.json")
         datasets = [d for d in (args.ppl if args.ppl is not None else "wikitext2,ptb").split(",") if d]
         tasks, seq_len, label = [t for t in (args.tasks or "").split(",") if t], args.seq_len or 128, {}
         if args.protocol:
@@ -148,8 +151,8 @@ class EvalCommand:
         table = eval_table(records)
         print(table)
         if args.out:
-            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
-            Path(args.out).with_suffix(".md").write_text(table + "\n")
+            write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")
+            write_file_atomically(Path(args.out).with_suffix(".md"), table + "\n")
         return 0
 
 
@@ -176,7 +179,7 @@ class BenchCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load
         from gapprune.evaluate.records import speed_line, speed_records
-        from gapprune.export.output import check_output
+        from gapprune.export.output import check_output, write_file_atomically
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")
@@ -188,5 +191,5 @@ class BenchCommand:
         for r in records:
             print(speed_line(r))
         if args.out:
-            Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+            write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")
         return 0

@@ -1,8 +1,9 @@
 """Output paths checked before any work: a run that cannot write its result should fail in its first
-second, not after an hour of profiling (the writes themselves stay atomic, `save.write_atomically`)."""
+second, not after an hour of profiling; and result files written whole or not at all (folders: `save.write_atomically`)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -34,3 +35,18 @@ def check_output(out: str | Path, *, overwrite: bool, kind: Literal["folder", "f
         Path(tempfile.mkdtemp(prefix=".gapprune-write-check-", dir=parent)).rmdir()
     except OSError as err:
         raise ValueError(f"cannot write {out}: {err.strerror or err} in {parent}; choose another {flag}") from None
+
+
+def write_file_atomically(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary sibling renamed over it, creating missing parent folders:
+    an evaluation of hours must not end in a missing folder or leave half a JSON file when killed while writing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

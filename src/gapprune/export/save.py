@@ -8,6 +8,7 @@ folder next to the target and renamed at the end: a crash never leaves a half-wr
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from gapprune.models import modeling_gapprune
 from gapprune.models.streaming import is_streamed, save_streamed
 
 MODELING_FILE = "modeling_gapprune.py"
+logger = logging.getLogger(__name__)
 
 
 def pruned_class_name(architecture: str) -> str:
@@ -30,20 +32,35 @@ def pruned_class_name(architecture: str) -> str:
 
 
 def write_atomically(out: str | Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
-    """Create folder `out` by `fill(tmp)` on a temporary sibling folder renamed at the end."""
+    """Create folder `out` by `fill(tmp)` on a temporary sibling folder renamed at the end.
+
+    An existing `out` (with `overwrite`) is renamed aside first and deleted only once the new folder is in
+    place, so no failure leaves neither: the old one stays if filling fails, the new one if deleting fails.
+    """
     out = Path(out)
-    if out.exists() and not overwrite:
+    if (out.exists() or out.is_symlink()) and not overwrite:
         raise FileExistsError(f"{out} already exists; choose another output folder or pass overwrite")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         fill(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    old = None
+    if out.exists() or out.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent)) / out.name
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        try:
+            if old.is_symlink() or not old.is_dir():
+                old.unlink()
+            else:
+                shutil.rmtree(old)
+            old.parent.rmdir()
+        except OSError as err:
+            logger.warning("wrote %s, but could not delete the folder it replaced, now at %s: %s", out, old, err)
     return out
 
 
