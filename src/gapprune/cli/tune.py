@@ -79,13 +79,16 @@ class TuneCommand:
         from gapprune.export.output import check_output
         from gapprune.export.save import save
         from gapprune.tune import DistillConfig, DistillResult, TuneConfig, TuneResult, distill, lora_tune
+        from gapprune.tune import checkpoint as ckpt
 
         config = _config(args, DistillConfig if args.distill else TuneConfig)
         check_output(args.out, overwrite=args.overwrite)
-        check_output(args.checkpoint_dir or f"{args.out}.ckpt", overwrite=True, flag="--checkpoint-dir")
+        checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")
+        check_output(checkpoint, overwrite=True, flag="--checkpoint-dir")
+        model_folder = {"MODEL": Path(args.model)} if Path(args.model).exists() else {}
+        ckpt.check_folder(checkpoint, apart_from={"--out": Path(args.out), **model_folder})
         model, found = load(args.model, device=args.device, dtype=getattr(config, "dtype", None))  # training dtype = load dtype
         tokenizer = require_tokenizer(found, args.model, "tuning trains on text")
-        checkpoint = Path(args.checkpoint_dir or f"{args.out}.ckpt")
         result: DistillResult | TuneResult
         if args.distill:
             merged, result = distill(model, tokenizer, config, checkpoint_dir=checkpoint)
@@ -106,7 +109,7 @@ class TuneCommand:
 
         out = save(merged, tokenizer, args.out, extras=extras, overwrite=args.overwrite)
         if not args.keep_checkpoint:
-            shutil.rmtree(checkpoint, ignore_errors=True)
+            ckpt.remove(checkpoint)
         print(f"{summary}; saved to {out}")
         return 0
 

@@ -20,6 +20,40 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 STATE = "state.pt"
+PEOPLE_STATE = "trainer_state.json"
+OWN_FILES = (STATE, STATE + ".tmp", PEOPLE_STATE)  # everything a checkpoint folder holds, and all `remove` deletes
+
+
+def check_folder(folder: Path, *, apart_from: dict[str, Path]) -> None:
+    """Refuse a checkpoint folder that tuning would write over or later delete by mistake.
+
+    It must not be, contain or lie inside another folder of the run (`apart_from`: flag -> path, e.g. the
+    output or the model), and if it exists it must hold nothing but a checkpoint's own files.
+    """
+    here = folder.resolve()
+    for flag, other in apart_from.items():
+        there = other.resolve()
+        if here == there or here in there.parents or there in here.parents:
+            raise ValueError(f"--checkpoint-dir {folder} overlaps {flag} {other}; choose a folder of its own "
+                             f"(the default is OUT.ckpt)")
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in OWN_FILES)
+        if foreign:
+            raise ValueError(f"--checkpoint-dir {folder} holds files that are not a gapprune checkpoint "
+                             f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); choose an empty or "
+                             "new folder")
+    elif folder.exists():
+        raise ValueError(f"--checkpoint-dir {folder} is a file, not a folder; choose another")
+
+
+def remove(folder: Path) -> None:
+    """Delete a finished run's checkpoint: its own files, then the folder if that left it empty."""
+    for name in OWN_FILES:
+        (folder / name).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:  # absent, or someone put other files there during the run: leave them
+        pass
 
 
 def trained_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -59,7 +93,7 @@ def save(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step:
         log.warning("checkpoint of step %d not written to %s (%s); the previous one stays", step, folder, err)
         return False
     tmp.replace(folder / STATE)
-    (folder / "trainer_state.json").write_text(json.dumps({"step": step, "config": config}, indent=1) + "\n")
+    (folder / PEOPLE_STATE).write_text(json.dumps({"step": step, "config": config}, indent=1) + "\n")
     return True
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -15,6 +14,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from gapprune.models import get_adapter
+from gapprune.tune import checkpoint as ckpt
 from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
 from gapprune.tune.progress import advance, training_bar
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from peft import PeftModel
 
 log = logging.getLogger(__name__)
+
+# settings a resumed run may change: how long it trains and how often it reports, not what it trains
+RESUMABLE_CHANGES = frozenset({"max_steps", "max_seconds", "epochs", "eval_every", "save_every"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class TuneResult:
     val_loss: list[tuple[int, float]]
     wall_s: float
     tokens: int = 0  # non-padding tokens seen
+    train_s: float = 0.0  # training-loop time over all resumed parts (what max_seconds limits)
 
 
 @torch.no_grad()
@@ -94,11 +98,6 @@ def lora_tune(
     """
     import time
 
-    try:
-        from peft import set_peft_model_state_dict
-        from peft.utils import get_peft_model_state_dict
-    except ImportError as err:
-        raise ImportError("LoRA tuning needs peft: pip install 'gapprune[tune]'") from err
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     records = load_alpaca_records(config.data, config.data_dir)
@@ -116,19 +115,12 @@ def lora_tune(
     optimizer = torch.optim.AdamW(params, lr=config.lr)
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     total_steps = config.max_steps or math.ceil(config.epochs * steps_per_epoch)
-    step = 0
-    state_name = "trainer_state.json"
-    done_s = 0.0
-    if checkpoint_dir is not None and (checkpoint_dir / state_name).is_file():
-        state = json.loads((checkpoint_dir / state_name).read_text())
-        set_peft_model_state_dict(peft_model, torch.load(checkpoint_dir / "adapter.pt", weights_only=True))
-        optimizer.load_state_dict(torch.load(checkpoint_dir / "optimizer.pt", weights_only=True))
-        step = int(state["step"])
-        done_s = float(state.get("train_s", 0.0))  # max_seconds counts the whole run, resumed parts included
-        log.info("resuming LoRA tuning at step %d", step)
+    result = TuneResult(0, 0, [], [], 0.0)
+    step = ckpt.resume(checkpoint_dir, peft_model, optimizer, asdict(config), RESUMABLE_CHANGES, result,
+                       defaults=asdict(TuneConfig()))
+    done_s = result.train_s  # max_seconds counts the whole run, resumed parts included
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     order = list(range(len(train)))
-    result = TuneResult(step, 0, [], [], 0.0)
     peft_model.train()
     bar = training_bar("LoRA", total_steps=total_steps, step=step, max_seconds=config.max_seconds, seconds_done=done_s)
     loop_start = time.perf_counter() - done_s
@@ -151,12 +143,9 @@ def lora_tune(
         if val and (step % config.eval_every == 0 or step == total_steps or out_of_time):
             result.val_loss.append((step, round(_mean_loss(peft_model, val, pad_id, config.batch_size), 5)))
             log.info("step %d: validation loss %.4f", step, result.val_loss[-1][1])
+        result.steps, result.train_s = step, round(time.perf_counter() - loop_start, 2)
         if checkpoint_dir is not None and (step % config.save_every == 0 or step == total_steps or out_of_time):
-            checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            torch.save(get_peft_model_state_dict(peft_model), checkpoint_dir / "adapter.pt")
-            torch.save(optimizer.state_dict(), checkpoint_dir / "optimizer.pt")
-            state = {"step": step, "config": asdict(config), "train_s": round(time.perf_counter() - loop_start, 2)}
-            (checkpoint_dir / state_name).write_text(json.dumps(state))
+            ckpt.save(checkpoint_dir, peft_model, optimizer, step, asdict(config), result)
     bar.close()
     merged: PreTrainedModel = peft_model.merge_and_unload()
     merged.to(torch.float32).eval()  # type: ignore[arg-type]  # as above
