@@ -58,9 +58,9 @@ def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
     return load_model(spec, device=device, dtype=dtype)
 
 
-def check_prunable(spec: str, plan: Plan | None = None) -> None:
+def check_prunable(spec: str, plan: Plan | None = None) -> Any:
     """Refuse, before any weights load, a model whose family gapprune cannot prune, or a plan that does
-    not fit it (one line, no traceback)."""
+    not fit it (one line, no traceback); returns the model's config for further checks."""
     from gapprune.models.adapter import ADAPTERS
     from gapprune.models.loading import read_config, resolve_model_source
     from gapprune.prune.validate import check_plan, shapes_from_config
@@ -69,6 +69,7 @@ def check_prunable(spec: str, plan: Plan | None = None) -> None:
     ADAPTERS.adapter_class(config)
     if plan is not None:
         check_plan(plan, shapes_from_config(config))
+    return config
 
 
 def require_tokenizer(tokenizer: PreTrainedTokenizerBase | None, spec: str,

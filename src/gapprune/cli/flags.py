@@ -13,6 +13,14 @@ def literal_help(text: str) -> str:
     return text.replace("%", "%%")
 
 
+def window_count(text: str) -> int:
+    """An argparse type for a number of evaluation windows: 0 or less would score nothing."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: at least 1 window (leave the flag out to score the whole set)")
+    return value
+
+
 def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
                      optional: tuple[str, ...] = ()) -> None:
     """One flag per config field; fields in `optional` default to None (the command fills them in)."""

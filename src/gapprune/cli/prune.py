@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from gapprune.cli.budgets import add_budget_flags, budget_from_args, budget_setup, finish
 from gapprune.cli.export import print_gguf, record_gguf_source
-from gapprune.cli.flags import add_config_flags, config_from
+from gapprune.cli.flags import add_config_flags, config_from, window_count
 from gapprune.config import PruneConfig, config_fields
 from gapprune.phases import timed
 
@@ -27,7 +28,7 @@ class PruneCommand:
         p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
         p.add_argument("--eval", default="", help="comma-separated data sets to measure perplexity on, dense vs pruned")
         p.add_argument("--eval-seq-len", type=int, default=128, help="window length for --eval")
-        p.add_argument("--eval-windows", type=int, default=None, help="evaluate only the first N windows")
+        p.add_argument("--eval-windows", type=window_count, default=None, help="evaluate only the first N windows")
         p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         p.add_argument("--gguf", default=None, help="also write the pruned model as a llama.cpp GGUF file")
         p.add_argument("--gguf-type", default="f16", help="GGUF tensor type: f32, f16, bf16, q8_0, q4_0, q4_k_m, ...")
@@ -67,16 +68,24 @@ class PruneCommand:
         if args.ratio is None:
             if plan_in is None:
                 raise ValueError("--ratio is required (the fraction of parameters to remove), unless --plan gives one")
-            args.ratio = float(plan_in.config.get("ratio") or plan_in.summary["achieved_ratio"])
+            ratio = plan_in.config.get("ratio") or plan_in.summary.get("achieved_ratio")
+            if not isinstance(ratio, (int, float)):
+                raise ValueError(f"{args.plan} names no ratio (config.ratio or summary.achieved_ratio); pass --ratio")
+            args.ratio = float(ratio)
         config = config_from(args, PruneConfig)
         check_output(args.out, overwrite=args.overwrite)
-        check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
+        model_config = check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         profile_in = Profile.load(args.profile) if args.profile else None
         if args.gguf:
             from gapprune.export.gguf import check_export_args
+            from gapprune.export.gguf_layout import check_supported as check_exportable
 
             check_export_args(args.gguf, args.gguf_type, args.overwrite)
+            check_exportable(model_config)  # an unsupported family fails now, not after the pruning
+            if Path(args.out).resolve() in Path(args.gguf).resolve().parents:
+                raise ValueError(f"--gguf {args.gguf} lies inside --out {args.out}, which is written as a whole at "
+                                 "the end; put the GGUF file beside the folder")
         phases: dict[str, float] = {}
         with timed(phases, "load"):
             model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun

@@ -52,8 +52,15 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """Raises TypeError or KeyError naming the first part that is not what plan.json writes (a
+        hand-edited plan: `"option": 96` for `[96]`, `"config": null`), before any of it is used."""
+        if not isinstance(data, dict) or not isinstance(data.get("layers"), list):
+            raise TypeError("it must be an object with a list of layers")
+        for part in ("config", "summary"):
+            if not isinstance(data.get(part, {}), dict):
+                raise TypeError(f'"{part}" must be an object, not {type(data[part]).__name__}')
         layers = [
-            LayerPlan(layer=lp["layer"], attn=ComponentPlan(**lp["attn"]), mlp=ComponentPlan(**lp["mlp"]))
+            LayerPlan(layer=lp["layer"], attn=_component(lp, "attn"), mlp=_component(lp, "mlp"))
             for lp in data["layers"]
         ]
         return cls(layers=layers, config=data.get("config", {}), summary=data.get("summary", {}))
@@ -70,6 +77,15 @@ class Plan:
     @property
     def params_removed(self) -> int:
         return sum(c.params_before - c.params_after for lp in self.layers for c in (lp.attn, lp.mlp))
+
+
+def _component(layer: dict[str, Any], name: str) -> ComponentPlan:
+    plan = ComponentPlan(**layer[name])
+    for key in ("kept", "option"):
+        value = getattr(plan, key)
+        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+            raise TypeError(f'layer {layer.get("layer")} {name}: "{key}" must be a list of integers, got {value!r}')
+    return plan
 
 
 def make_plan(
