@@ -63,8 +63,9 @@ def test_lora_stopped_and_resumed_trains_exactly_as_one_run_and_refuses_other_se
     data = tmp_path / "alpaca.json"
     data.write_text(json.dumps([{"instruction": f"Count to {i}.", "input": "", "output": " ".join(map(str, range(i)))}
                                 for i in range(24)]))
-    settings = dict(data=str(data), rank=4, lr=5e-3, cutoff=64, batch_size=4, val_examples=4, eval_every=3,
-                    save_every=3, dropout=0.1)  # dropout draws random numbers: the resumed RNG must be the saved one
+    # dropout draws random numbers: the resumed RNG must be the saved one
+    settings = {"data": str(data), "rank": 4, "lr": 5e-3, "cutoff": 64, "batch_size": 4, "val_examples": 4,
+                "eval_every": 3, "save_every": 3, "dropout": 0.1}
     straight, straight_result = lora_tune(tiny_pruned_llama(tokenizer), tokenizer, TuneConfig(**settings, max_steps=8),
                                           checkpoint_dir=tmp_path / "straight")
     lora_tune(tiny_pruned_llama(tokenizer), tokenizer, TuneConfig(**settings, max_steps=5), checkpoint_dir=tmp_path / "parts")
