@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from gapprune.export.output import write_file_atomically
 
 Row = dict[str, dict[int, float]]  # component -> option index -> ΔL
 
@@ -33,12 +33,8 @@ class LayerCheckpoint:
         self.folder = Path(root) / key
 
     def save(self, layer: int, row: Row) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         data = {c: {str(k): v for k, v in values.items()} for c, values in row.items()}
-        fd, tmp = tempfile.mkstemp(prefix=f".layer_{layer}.", dir=self.folder)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.folder / f"layer_{layer}.json")
+        write_file_atomically(self.folder / f"layer_{layer}.json", json.dumps(data))
 
     def load(self) -> dict[int, Row]:
         """Every complete row saved so far (unreadable ones are skipped and measured again)."""
@@ -74,11 +70,7 @@ class EntryCheckpoint:
         self.folder = Path(root) / key
 
     def _write(self, name: str, data: Any) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.folder)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.folder / name)
+        write_file_atomically(self.folder / name, json.dumps(data))
 
     def save_screen(self, table: dict[str, Any]) -> None:
         self._write("screen.json", table)

@@ -42,8 +42,6 @@ def check_folder(folder: Path, *, apart_from: dict[str, Path]) -> None:
             raise ValueError(f"--checkpoint-dir {folder} holds files that are not a gapprune checkpoint "
                              f"({', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}); choose an empty or "
                              "new folder")
-    elif folder.exists():
-        raise ValueError(f"--checkpoint-dir {folder} is a file, not a folder; choose another")
 
 
 def remove(folder: Path) -> None:
