@@ -1,8 +1,8 @@
-"""What the benchmarks share: settings, flags, resumable result files, the dense profile, perplexity.
+"""What the benchmarks share: settings, flags, resumable result files, the dense profile.
 
-Change a number here and every benchmark and `render.py` follow; the records in docs/results/ were
-measured with these values. Every plan-comparing study calibrates with `bench_config` and reuses
-one dense profile folder (`PROFILE`), so their loss tables, scores and signals are the same numbers.
+The records in docs/results/ were measured with these values. The allocator study calibrated with
+`bench_config` and one dense profile folder (`PROFILE`), which `plans.py` reads again to check that the
+plans it recorded still come out of the code.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import platform
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -26,21 +26,6 @@ CALIBRATION: dict[str, Any] = {"criterion": "activation", "metric": "kl", "calib
                                "calib_samples": 32, "profile_samples": 4, "seq_len": 128, "batch_size": 4, "mlp_stride": 4}
 ALLOCATORS = ["gap", "uniform", "global", "depth", "owl"]
 RATIOS = [0.125, 0.25, 0.375, 0.5]
-DATASETS = ["wikitext2", "ptb"]
-TASKS = ["boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa"]
-
-
-class Window(NamedTuple):
-    """Which perplexity: the first `windows` windows of `seq_len` tokens (None: all) of a split."""
-
-    dataset: str
-    seq_len: int = 128
-    windows: int | None = 256  # first windows of each test split: the numbers quoted in the README
-    split: str | None = None  # None: the set's evaluation split (test; validation for c4)
-
-
-# The allocator comparison: WikiText-2 and PTB at 128 tokens, WikiText-2 at 2048.
-ALLOCATOR_WINDOWS = [Window("wikitext2"), Window("ptb"), Window("wikitext2", 2048, 16)]
 
 
 def machine(device: str = "cpu") -> str:
@@ -108,30 +93,3 @@ def bench_config(data_dir: str | None, **overrides: Any):  # type: ignore[no-unt
 
     return PruneConfig(**{"ratio": 0.25, "allocator": "gap", "compensate": "none", "data_dir": data_dir,
                           **CALIBRATION, **overrides})
-
-
-def perplexity(model: torch.nn.Module, tokenizer: Any, window: Window, data_dir: str | None) -> dict[str, Any]:
-    """One perplexity as a flat record (dataset, split, seq_len, windows, tokens, ppl, wall_s, bos, ...)."""
-    from gapprune.evaluate.perplexity import evaluate_ppl
-
-    return evaluate_ppl(model, tokenizer, window.dataset, split=window.split, seq_len=window.seq_len,
-                        max_windows=window.windows, data_dir=data_dir).to_record()
-
-
-@torch.inference_mode()
-def reload_check(model: torch.nn.Module, folder: Path, tokenizer: Any) -> dict[str, Any]:
-    """Logits and greedy text of the saved folder, loaded both ways, against the in-memory pruned model."""
-    from transformers import AutoModelForCausalLM
-
-    from gapprune.api import load
-
-    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
-    expected, text = model(input_ids=ids).logits, model.generate(ids, max_new_tokens=8, do_sample=False)
-    result = {}
-    for way, loaded in (("gapprune.load", load(str(folder))[0]),
-                        ("from_pretrained(trust_remote_code=True)",
-                         AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval())):
-        result[way] = {"identical_logits": bool(torch.equal(loaded(input_ids=ids).logits, expected)),
-                       "identical_greedy_tokens": bool(torch.equal(loaded.generate(ids, max_new_tokens=8,
-                                                                                   do_sample=False), text))}
-    return {"reload": result, "params": sum(p.numel() for p in model.parameters())}

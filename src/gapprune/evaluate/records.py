@@ -2,7 +2,7 @@
 
 Every record is one measurement of one model: `{"model", "task", "metric", "value", "limit", ...}` for
 evaluation (perplexity windows go in `limit`), `{"model", "batch", <SpeedResult fields>}` for speed,
-so several runs concatenate into one JSON list (`benchmarks/render.py --eval/--bench` reads them).
+so several runs concatenate into one JSON list, as `docs/results/eval.json` and `bench.json` do.
 """
 
 from __future__ import annotations
