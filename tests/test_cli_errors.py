@@ -170,3 +170,61 @@ def test_an_unknown_zero_shot_task_is_named_before_the_model_loads(tmp_path, cap
 def test_a_plan_file_that_is_not_there_is_named(tmp_path, capsys):
     assert main(["prune", "smollm2-135m", "--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist; pass the plan.json an earlier prune wrote" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--calib", "{tmp}/missing.txt"], "text file {tmp}/missing.txt does not exist"),
+    (["--eval", "wikitext2,{tmp}/missing.jsonl"], "text file {tmp}/missing.jsonl does not exist"),
+    (["--calib", "wikitext2", "--calib-split", "train"], "has splits test, validation, not 'train'"),
+    (["--eval", "wikitext3"], "unknown data set 'wikitext3'"),
+], ids=["calib-file", "eval-file", "calib-split", "eval-name"])
+def test_a_text_that_cannot_be_read_is_refused_before_prune_loads_the_model(tiny_model_folder, tmp_path, capsys,
+                                                                          monkeypatch, argv, message):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the text was checked"))
+    folder, text = tiny_model_folder
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    if argv[0] == "--calib":  # replaces prune_args' own --calib
+        base = prune_args(folder, text, tmp_path / "out")
+        base[base.index("--calib") + 1] = argv[1]
+        argv = base + argv[2:]
+    else:
+        argv = prune_args(folder, text, tmp_path / "out", *argv)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["ppl", "{model}", "--dataset", "{tmp}/missing.txt"],
+                                  ["ppl", "{model}", "--dataset", "ptb", "--split", "train"],
+                                  ["eval", "{model}", "--ppl", "wikitext2,{tmp}/missing.txt"],
+                                  ["profile", "{model}", "--out", "{tmp}/p", "--calib", "{tmp}/missing.txt"]],
+                         ids=["ppl-file", "ppl-split", "eval-file", "profile-calib"])
+def test_the_measuring_commands_check_their_text_before_loading(tiny_model_folder, tmp_path, capsys, monkeypatch,
+                                                                argv):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the text was checked"))
+    folder, _ = tiny_model_folder
+    assert main([a.format(model=folder, tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert ("does not exist" in err or "has splits" in err) and len(err.strip().splitlines()) == 1
+
+
+def test_a_profile_of_other_settings_is_refused_before_the_model_loads(tiny_model_folder, tmp_path, capsys,
+                                                                       monkeypatch):
+    import gapprune.api
+
+    folder, text = tiny_model_folder
+    assert main(["profile", str(folder), "--out", str(tmp_path / "profile"), "--calib", str(text), "--calib-samples",
+                 "4", "--profile-samples", "4", "--seq-len", "32", "--channel-step", "32"]) == 0
+    capsys.readouterr()  # the profile's own progress
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the profile was checked"))
+    argv = prune_args(folder, text, tmp_path / "out", "--profile", str(tmp_path / "profile"))
+    argv[argv.index("--seq-len") + 1] = "24"
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "settings differ: seq_len" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -79,6 +79,7 @@ def test_under_torchrun_only_rank_0_measures_the_runtime_and_the_others_take_its
     rank_0s_table = object()
     monkeypatch.setattr(cli_budgets, "costs_for", lambda *a, **k: measured.append("costs") or object())
     monkeypatch.setattr(distributed, "all_gather", lambda value: [rank_0s_table, value])
+    monkeypatch.setattr(cli_budgets, "check_reachable", lambda budget, costs: None)  # the stand-in has no costs
     args = parse("--speedup", "1.5", "--verify", "--gguf", str(tmp_path / "m.gguf"))
     args.gguf_type, args.profile = "f16", None  # the prune command's own flags
     for main_rank in (False, True):
@@ -139,3 +140,19 @@ def test_an_emptied_mlp_costs_its_padding_channel_and_norm() -> None:
     from tests.budgets.test_costs import DIMS
 
     assert mlp_bytes(DIMS, 0, "f16") == DIMS.hidden * 4 + 3 * DIMS.hidden * 2  # f32 norm; gate, up, down of 1 channel
+
+
+def test_a_memory_budget_no_plan_reaches_is_refused_before_profiling(tiny_model_folder, tmp_path, capsys,
+                                                                   monkeypatch) -> None:
+    """The reachable range is known from the cost table alone: an impossible size is said before any ΔL."""
+    import gapprune.api
+    from gapprune.cli import main
+
+    monkeypatch.setattr(gapprune.api, "calibrate", lambda *a, **k: pytest.fail("calibrated an unreachable budget"))
+    folder, text = tiny_model_folder
+    argv = ["prune", str(folder), "--calib", str(text), "--calib-samples", "4", "--profile-samples", "4",
+            "--seq-len", "32", "--no-plots", "--gguf-type", "f16", "--max-memory", "1kB", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the memory budget 1.00 kB at 4096 tokens cannot be reached: this model reaches" in err
+    assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ from gapprune.allocate.table import LossTable
 from gapprune.budget import Budget
 from gapprune.budgets.table import RuntimeCosts
 
-__all__ = ["achieved", "allocate_budget", "parse_size", "reachable_range"]
+__all__ = ["achieved", "allocate_budget", "check_reachable", "parse_size", "reachable_range"]
 
 TIME_GRAIN_US = 0.1
 MEMORY_GRAIN = 1024
@@ -65,6 +65,16 @@ def reachable_range(budget: Budget, costs: RuntimeCosts) -> tuple[float, float]:
     return (1.0, dense / (dense - most)) if budget.kind == "speedup" else (dense - most, dense)
 
 
+def check_reachable(budget: Budget, costs: RuntimeCosts) -> None:
+    """Refuse a speedup or memory size that no plan reaches, with the range that can be reached: known from
+    the cost table alone, so the CLI says it before profiling."""
+    low, high = reachable_range(budget, costs)
+    if (budget.kind == "speedup" and budget.target > high) or (budget.kind == "memory" and budget.target < low):
+        raise InfeasibleBudget(f"the {budget.kind} budget {budget.describe(budget.target)} cannot be reached: "
+                               f"this model reaches {budget.describe(low)} to {budget.describe(high)} "
+                               f"(costs for {costs.key.get('runtime')} {costs.key.get('file_type')})")
+
+
 def allocate_budget(table: LossTable, costs: RuntimeCosts, budget: Budget) -> Allocation:
     """GAP's exact DP over the loss table with the runtime costs; refuses an unreachable budget with the range."""
     if not budget.in_runtime:
@@ -72,11 +82,7 @@ def allocate_budget(table: LossTable, costs: RuntimeCosts, budget: Budget) -> Al
     if [list(o) for o in costs.options["attn"]] != table.options["attn"] or \
             [list(o) for o in costs.options["mlp"]] != table.options["mlp"]:
         raise ValueError("the cost table was measured for other options than the loss table's; measure it again")
-    low, high = reachable_range(budget, costs)
-    if (budget.kind == "speedup" and budget.target > high) or (budget.kind == "memory" and budget.target < low):
-        raise InfeasibleBudget(f"the {budget.kind} budget {budget.describe(budget.target)} cannot be reached: "
-                               f"this model reaches {budget.describe(low)} to {budget.describe(high)} "
-                               f"(costs for {costs.key.get('runtime')} {costs.key.get('file_type')})")
+    check_reachable(budget, costs)
     grain = TIME_GRAIN_US if budget.kind == "speedup" else MEMORY_GRAIN
     unit = "us/token" if budget.kind == "speedup" else "bytes"
     allocation = solve_cost_budget(table, costs.removable(cost_kind(budget), budget.context),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gapprune.budget import Budget
-from gapprune.budgets.budget import parse_size
+from gapprune.budgets.budget import check_reachable, parse_size
 from gapprune.budgets.microbench import RUNTIMES, BenchSettings
 from gapprune.budgets.table import RuntimeCosts
 
@@ -86,6 +86,7 @@ def budget_setup(model: Any, tokenizer: Any, args: argparse.Namespace, budget: B
     settings = BenchSettings(file_type=args.gguf_type, threads=args.runtime_threads)
     costs = costs_for(args.model, args.profile, settings, timed=budget.kind == "speedup") if is_main() else None
     hook = BudgetHook(budget, settings, all_gather(costs)[0])
+    check_reachable(budget, hook.costs)  # an impossible budget: before the dense export and the profile
     if args.verify and budget.kind == "speedup" and is_main():
         from gapprune.export.gguf import export_gguf
 

@@ -38,6 +38,7 @@ class PplCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
+        from gapprune.data import check_source
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.export.output import check_output, write_file_atomically
@@ -50,6 +51,8 @@ class PplCommand:
             refuse_overrides(protocol, {"--dataset": args.dataset, "--split": args.split, "--seq-len": args.seq_len,
                                         "--max-windows": args.max_windows})
             runs, label = [(d, protocol.seq_len) for d in protocol.datasets], {"protocol": protocol.name}
+        for dataset, _ in runs:
+            check_source(dataset, args.split)  # a missing file or split: before the model loads
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "perplexity reads text")
         records = []
@@ -122,6 +125,7 @@ class EvalCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
+        from gapprune.data import check_source
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.evaluate.records import eval_records, eval_table
         from gapprune.evaluate.zeroshot import check_tasks
@@ -141,6 +145,8 @@ class EvalCommand:
             datasets, tasks, seq_len, label = list(protocol.datasets), list(protocol.tasks), protocol.seq_len, \
                 {"protocol": protocol.name}
         check_tasks(tasks)
+        for dataset in datasets:
+            check_source(dataset)
         model, found = load(args.model, device=args.device, dtype=args.dtype)
         tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
         records = [{**r, **label} for r in eval_records(

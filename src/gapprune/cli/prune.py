@@ -45,12 +45,14 @@ class PruneCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import check_prunable, load, prune, require_tokenizer, write_pruned_folder
+        from gapprune.data import check_source
         from gapprune.distributed import is_main, setup
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.run_record import run_record
         from gapprune.export.output import check_output
         from gapprune.models.streaming import is_streamed
         from gapprune.pipeline import Profile
+        from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
         from gapprune.prune.plan import Plan
 
@@ -76,7 +78,13 @@ class PruneCommand:
         check_output(args.out, overwrite=args.overwrite)
         model_config = check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
+        check_calibration_sources(config)  # a missing --calib or --eval file: now, not after the model loads
+        datasets = [d for d in args.eval.split(",") if d]
+        for dataset in datasets:
+            check_source(dataset)
         profile_in = Profile.load(args.profile) if args.profile else None
+        if profile_in is not None:
+            profile_in.check_settings(config)  # another run's settings: refused before the model loads
         if args.gguf:
             from gapprune.export.gguf import check_export_args
             from gapprune.export.gguf_layout import check_supported as check_exportable
@@ -92,7 +100,7 @@ class PruneCommand:
         tokenizer = require_tokenizer(tokenizer, args.model)
         check_supported(config, streamed=is_streamed(model), plan_given=plan_in is not None)
         record_gguf_source(model, args.model)
-        datasets = [d for d in args.eval.split(",") if d] if is_main() else []
+        datasets = datasets if is_main() else []
         kwargs = {"seq_len": args.eval_seq_len, "max_windows": args.eval_windows, "data_dir": config.data_dir}
         with timed(phases, "dense_evaluation"):
             evaluation = [
@@ -157,6 +165,7 @@ class ProfileCommand:
         from gapprune.api import check_prunable, load, profile, require_tokenizer, write_profile_folder
         from gapprune.distributed import is_main, setup
         from gapprune.export.output import check_output
+        from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
 
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
@@ -165,6 +174,7 @@ class ProfileCommand:
         check_output(args.out, overwrite=args.overwrite)
         check_prunable(args.model)
         check_supported(config, streamed=False)
+        check_calibration_sources(config)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
         result = profile(model, require_tokenizer(tokenizer, args.model), config)
         if not is_main():  # torchrun: the other ranks only helped profile

@@ -1,7 +1,7 @@
 """Text sources and token windows. To add a named data set, add an entry to `TEXT_SETS`."""
 
 from gapprune.data.selfgen import self_generated_windows
-from gapprune.data.sources import DATA_ENV, TEXT_SETS, load_text, read_text_file, split_for
+from gapprune.data.sources import DATA_ENV, TEXT_SETS, check_source, load_text, read_text_file, split_for
 from gapprune.data.text import (
     bos_token_id,
     consecutive_windows,
@@ -15,6 +15,7 @@ __all__ = [
     "DATA_ENV",
     "TEXT_SETS",
     "bos_token_id",
+    "check_source",
     "consecutive_windows",
     "held_out_windows",
     "load_text",

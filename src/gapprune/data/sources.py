@@ -123,21 +123,33 @@ def read_text_file(path: str | Path, field: str = "text", joiner: str = "\n\n") 
     return text
 
 
+def check_source(name_or_path: str, split: str | None = None) -> None:
+    """Refuse a text source that cannot be read, before any model loads: an unknown name, a split the set
+    lacks, a file that is missing or of another kind. A named set's text itself is found later (the data
+    folder, else the hub), so only what is certain now is checked."""
+    if name_or_path in TEXT_SETS:
+        spec = TEXT_SETS[name_or_path]
+        if (split or spec.evaluation_split) not in spec.local:
+            raise ValueError(f"data set {name_or_path!r} has splits {', '.join(spec.local)}, not {split!r}")
+        return
+    if Path(name_or_path).suffix not in (".txt", ".jsonl", ".raw"):
+        raise ValueError(
+            f"unknown data set {name_or_path!r}: use one of {', '.join(TEXT_SETS)} or a .txt/.jsonl file path"
+        )
+    if not Path(name_or_path).is_file():
+        raise FileNotFoundError(f"text file {name_or_path} does not exist")
+
+
 def load_text(name_or_path: str, split: str | None = None, data_directory: str | Path | None = None) -> str:
     """The whole text of a named data set's split (default: its evaluation split), or of a text file.
 
     Raises FileNotFoundError naming every place looked at when nothing is found.
     """
+    check_source(name_or_path, split)
     if name_or_path not in TEXT_SETS:
-        if Path(name_or_path).suffix in (".txt", ".jsonl", ".raw"):
-            return read_text_file(name_or_path)
-        raise ValueError(
-            f"unknown data set {name_or_path!r}: use one of {', '.join(TEXT_SETS)} or a .txt/.jsonl file path"
-        )
+        return read_text_file(name_or_path)
     spec = TEXT_SETS[name_or_path]
     split = split or spec.evaluation_split
-    if split not in spec.local:
-        raise ValueError(f"data set {name_or_path!r} has splits {', '.join(spec.local)}, not {split!r}")
     looked: list[str] = []
     folder = data_dir(data_directory)
     if folder is not None:

@@ -19,6 +19,7 @@ from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import (
     bos_token_id,
+    check_source,
     held_out_windows,
     load_text,
     mixed_windows,
@@ -75,6 +76,14 @@ def calibration_splits(config: PruneConfig) -> list[str | None]:
     """The split each calibration source reads (None for a file or `self`)."""
     requested = None if config.calib_split == "auto" else config.calib_split
     return [split_for(name, "calibration", requested) for name in config.calib_sources]
+
+
+def check_calibration_sources(config: PruneConfig) -> None:
+    """Refuse a calibration text that cannot be read (an unknown name or split, a missing file) before the
+    model loads, not after."""
+    for name, split in zip(config.calib_sources, calibration_splits(config), strict=True):
+        if name != "self":
+            check_source(name, split)
 
 
 def profile_settings(config: PruneConfig, names: tuple[str, ...] = PROFILE_SETTINGS) -> dict[str, object]:

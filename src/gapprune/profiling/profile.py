@@ -81,11 +81,9 @@ class Profile:
                              f"weights are {calibration.weights_dtype}: load the model with dtype float32 (--dtype) "
                              "if it was profiled in float32, or profile it again")
         if self.fingerprint != expected:
-            now = profile_settings(config)
-            changed = [name for name in PROFILE_SETTINGS if self.settings.get(name, LATER_SETTINGS.get(name)) != now[name]]
-            detail = f"settings differ: {', '.join(changed)}" if changed else "the model weights or data differ"
-            raise ValueError(f"the profile was measured for another run ({detail}); profile this model again "
-                             "or use the same settings as the profile")
+            self.check_settings(config)
+            raise ValueError("the profile was measured for another run (the model weights or data differ); profile "
+                             "this model again or use the same settings as the profile")
         if calibration.unit_scores is self.scores:  # reused, not measured: check the weights through fresh signals
             fresh = layer_signals(calibration.adapter, calibration.inputs, calibration.stats, self.scores)
             for name in ("block_influence", "outlier_ratio"):
@@ -93,6 +91,15 @@ class Profile:
                 if mine is not None and not np.allclose(mine, now, rtol=1e-3, atol=1e-6):
                     raise ValueError(f"the profile's {name} differs from this model's: it was measured on other "
                                      "weights; profile this model again")
+        self.check_settings(config)
+
+    def check_settings(self, config: PruneConfig) -> None:
+        """What can be refused from the settings alone, before any model loads (`check_matches` does the rest)."""
+        now = profile_settings(config)
+        changed = [name for name in PROFILE_SETTINGS if self.settings.get(name, LATER_SETTINGS.get(name)) != now[name]]
+        if changed:
+            raise ValueError(f"the profile was measured for another run (settings differ: {', '.join(changed)}); "
+                             "profile this model again or use the same settings as the profile")
         if config.profiler == "exact" and needs_loss_table(config) and self.table.meta.get("profiler") != "exact":
             raise ValueError(f"the profile holds a {self.table.meta.get('profiler')} table, not an exact one; prune "
                              "with profiler auto (it measures what the plan needs) or profile again with profiler exact")
