@@ -228,3 +228,22 @@ def test_a_profile_of_other_settings_is_refused_before_the_model_loads(tiny_mode
     err = capsys.readouterr().err
     assert "settings differ: seq_len" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--distill", "--data", "c4+{tmp}/missing.txt"], "training text '{tmp}/missing.txt' is neither"),
+    (["--distill", "--val-data", "{tmp}/missing.txt"], "training text '{tmp}/missing.txt' is neither"),
+    (["--distill", "--data", "ptb"], "'ptb' is an evaluation set"),
+    (["--data", "{tmp}/missing.json"], "instruction data {tmp}/missing.json does not exist"),
+], ids=["distill-data", "distill-val-data", "distill-evaluation-set", "lora-data"])
+def test_tuning_text_that_cannot_be_read_is_refused_before_loading(tiny_model_folder, tmp_path, capsys, monkeypatch,
+                                                                   extra, message):
+    import gapprune.api
+
+    monkeypatch.setattr(gapprune.api, "load", lambda *a, **k: pytest.fail("loaded before the text was checked"))
+    folder, _ = tiny_model_folder
+    argv = ["tune", str(folder), "--out", str(tmp_path / "out"), *(a.format(tmp=tmp_path) for a in extra)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

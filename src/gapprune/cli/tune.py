@@ -87,6 +87,7 @@ class TuneCommand:
         check_output(checkpoint, overwrite=True, flag="--checkpoint-dir")
         model_folder = {"MODEL": Path(args.model)} if Path(args.model).exists() else {}
         ckpt.check_folder(checkpoint, apart_from={"--out": Path(args.out), **model_folder})
+        check_tuning_text(config, args.distill)  # a missing --data or --val-data file: now, not after the model loads
         model, found = load(args.model, device=args.device, dtype=getattr(config, "dtype", None))  # training dtype = load dtype
         tokenizer = require_tokenizer(found, args.model, "tuning trains on text")
         result: DistillResult | TuneResult
@@ -112,6 +113,20 @@ class TuneCommand:
             ckpt.remove(checkpoint)
         print(f"{summary}; saved to {out}")
         return 0
+
+
+def check_tuning_text(config: Any, distill: bool) -> None:
+    """Refuse training or validation text that cannot be read before anything loads: distillation's sources,
+    or LoRA's instruction file."""
+    from gapprune.tune.teacher_text import check_training_sources
+
+    if distill:
+        for spec in (config.data, config.val_data):
+            if spec:
+                check_training_sources(spec)
+    elif config.data != "alpaca" and not Path(config.data).is_file():
+        raise FileNotFoundError(f"instruction data {config.data} does not exist; pass alpaca or an Alpaca-format "
+                                ".json/.jsonl file")
 
 
 def _first_last(values: list[tuple[int, float]]) -> str:

@@ -107,6 +107,19 @@ def teacher_windows(
     return windows
 
 
+def check_training_sources(spec: str) -> list[str]:
+    """The sources `spec` names, each one that cannot be trained on refused: an evaluation set, or a name
+    that is neither self, alpaca, a named set nor an existing file. Cheap: the CLI calls it before loading."""
+    sources = spec.split("+")
+    for source in sources:
+        if source in TEXT_SETS and split_for(source, "training") is None:
+            raise ValueError(f"{source!r} is an evaluation set; distillation trains on text with no evaluation "
+                             "data in it (self, alpaca, c4, or a file of other text)")
+        if source not in TEXT_SETS and source not in ("self", "alpaca") and not Path(source).is_file():
+            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca, c4 nor an existing file")
+    return sources
+
+
 def training_windows(
     spec: str, tokenizer: PreTrainedTokenizerBase, seq_len: int, *, teacher: PreTrainedModel | None = None,
     teacher_id: str = "", self_windows: int = 512, self_len: int = 512, cache_dir: Path | None = None,
@@ -114,11 +127,7 @@ def training_windows(
 ) -> tuple[torch.Tensor, dict[str, int]]:
     """Windows (n, seq_len) of every source in `spec` (joined by '+'), and the window count per source."""
     bos = bos_token_id(tokenizer)
-    sources = spec.split("+")
-    for source in sources:  # all checked before any text is generated
-        if source in TEXT_SETS and split_for(source, "training") is None:
-            raise ValueError(f"{source!r} is an evaluation set; distillation trains on text with no evaluation "
-                             "data in it (self, alpaca, c4, or a file of other text)")
+    sources = check_training_sources(spec)  # all checked before any text is generated
     out, counts = [], {}
     for source in sources:
         if source == "self":
