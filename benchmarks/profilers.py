@@ -9,7 +9,8 @@
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
-measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL. The finished studies' modes (timing, layers, calib, auto)
+measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL; `--screen 2x64`
+screens the first 64 tokens of two windows instead of one whole window. The finished studies' modes (timing, layers, calib, auto)
 are in history: `git show fab99f7:benchmarks/profilers.py`.
 """
 
@@ -32,13 +33,15 @@ from gapprune.api import load
 from gapprune.budget import Budget
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
+from gapprune.engine.capture import capture_layer_inputs
 from gapprune.evaluate.timing import median_seconds
 from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
 from gapprune.profiling.auto import auto_table
+from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
-from gapprune.profiling.tables import screen_table, step_of
+from gapprune.profiling.tables import screen_stride_of, screen_table, step_of
 
 HEAD_IN_LAYERS = 11  # a replay's LM head and logsumexp cost about 11 SmolLM2 decoder layers (performance.md §1)
 
@@ -90,7 +93,12 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
     with tempfile.TemporaryDirectory() as scratch:
         exact = kept_table(folder / "exact.json", lambda: measure_table(calibration, replace(config, profiler="exact"),
                                                                            Path(scratch)))
-    screen = kept_table(folder / "screen.json", lambda: screen_table(calibration, config))
+    windows, tokens = map(int, args.screen.split("x"))
+    if (windows, tokens) == (config.screen_samples, config.seq_len):  # the CLI's screen
+        screen = kept_table(folder / "screen.json", lambda: screen_table(calibration, config))
+    else:
+        screen = kept_table(folder / f"screen-{args.screen}.json",
+                            lambda: prefix_screen(calibration, config, windows, tokens))
     adapter = calibration.adapter
     grid = option_grid(adapter, step_of(adapter, config), config.mlp_stride)
     total, decoder = sum(p.numel() for p in model.parameters()), adapter.decoder_params()
@@ -107,7 +115,8 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
     def summed(choice: dict[str, list[int]]) -> float:
         return sum(float(exact.loss[c][layer, k]) for c in choice for layer, k in enumerate(choice[c]))
 
-    emit({"kind": "auto_screen_error", "model": args.model, **screen_errors(exact, screen, grid.measured),
+    emit({"kind": "auto_screen_error", "model": args.model, "screen": args.screen,
+          **screen_errors(exact, screen, grid.measured),
           "note": "|rescaled screen / exact - 1| over the grid's columns, the screen rescaled by the exact/screen "
           "ratio of one other column of the same row (distance 1: the adjacent column), as the auto profiler "
           "rescales around a measured entry"})
@@ -120,13 +129,26 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
             plan = solve(done)
             measured = [(c, layer) for c in done.exact for layer, k in zip(*done.exact[c].nonzero(), strict=True)
                         if k in grid.measured[c] and k != 0]
-            emit({"kind": "auto_margin", "model": args.model, "ratio": ratio, "margin": margin,
+            emit({"kind": "auto_margin", "model": args.model, "screen": args.screen, "ratio": ratio, "margin": margin,
                   "exact_entries": len(measured), "replay_share": round(sum(cost(int(l)) for _, l in measured) / table_cost, 4),
                   "rounds": len(done.meta["auto"]["rounds"]), "summed_dl_exact": round(summed(plan), 6),
                   "exact_summed_dl_exact": round(best, 6), "over_exact_optimum": round(summed(plan) / best - 1, 5),
                   "threads": args.threads, "note": "offline: the exact rounds read the exact table; replay_share "
                   f"weighs an entry at layer l by L - l + {HEAD_IN_LAYERS} (the head in decoder layers), the "
                   "screen's cost (about 1/8 of the table) not included"})
+
+
+def prefix_screen(calibration, config: PruneConfig, windows: int, tokens: int) -> LossTable:  # type: ignore[no-untyped-def]
+    """The screen on the first `tokens` of each of the first `windows` profiling windows (the same token count as
+    one whole window spread over more text), its layer inputs captured afresh for that length."""
+    adapter = calibration.adapter
+    inputs = capture_layer_inputs(adapter, calibration.ids[:windows, :tokens], progress=False)
+    table = build_loss_table_batched(adapter, inputs, calibration.unit_scores, metric=config.metric,
+                                     channel_step=step_of(adapter, config), mlp_stride=config.mlp_stride,
+                                     desc=f"screen {windows}x{tokens}", thin=screen_stride_of(adapter, config))
+    for c in table.exact:
+        table.exact[c][:] = False
+    return table
 
 
 def screen_errors(exact: LossTable, screen: LossTable, columns: dict[str, list[int]]) -> dict[str, float]:
@@ -178,6 +200,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--tables", default="runs/margins", help="margins: where the exact table and the screen are kept")
     parser.add_argument("--margins", default="0,0.05,0.1", help="margins: auto margins to replay")
+    parser.add_argument("--screen", default="1x128", help="margins: the screen's windows x tokens (1x128: the CLI's; "
+                        "e.g. 2x64, the first 64 tokens of two windows)")
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out)
