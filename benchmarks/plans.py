@@ -55,9 +55,9 @@ def main() -> None:
         for name in ALLOCATORS:
             plan = plan_for(config, None, profile, adapter=adapter, ratio=ratio, allocator=name)[0]
             kept = ([len(lp.attn.kept) for lp in plan.layers], [len(lp.mlp.kept) for lp in plan.layers])
-            same += recorded.get((name, ratio)) == kept
-            print(name, ratio, "same" if recorded.get((name, ratio)) == kept
-                  else f"DIFFERENT {kept} vs {recorded.get((name, ratio))}", flush=True)
+            ok = recorded.get((name, ratio)) == kept
+            same += ok
+            print(name, ratio, "same" if ok else f"DIFFERENT {kept} vs {recorded.get((name, ratio))}", flush=True)
             if name == "gap" and ratio in achieved:
                 print(f"recovery gap {ratio}: achieved ratio "
                       f"{'same' if achieved[ratio] == plan.summary['achieved_ratio'] else 'DIFFERENT'}", flush=True)

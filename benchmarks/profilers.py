@@ -38,10 +38,9 @@ from gapprune.evaluate.timing import median_seconds
 from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
 from gapprune.profiling.auto import auto_table
-from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
-from gapprune.profiling.tables import screen_stride_of, screen_table, step_of
+from gapprune.profiling.tables import screen_table, step_of
 
 HEAD_IN_LAYERS = 11  # a replay's LM head and logsumexp cost about 11 SmolLM2 decoder layers (performance.md §1)
 
@@ -139,16 +138,10 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
 
 
 def prefix_screen(calibration, config: PruneConfig, windows: int, tokens: int) -> LossTable:  # type: ignore[no-untyped-def]
-    """The screen on the first `tokens` of each of the first `windows` profiling windows (the same token count as
-    one whole window spread over more text), its layer inputs captured afresh for that length."""
-    adapter = calibration.adapter
-    inputs = capture_layer_inputs(adapter, calibration.ids[:windows, :tokens], progress=False)
-    table = build_loss_table_batched(adapter, inputs, calibration.unit_scores, metric=config.metric,
-                                     channel_step=step_of(adapter, config), mlp_stride=config.mlp_stride,
-                                     desc=f"screen {windows}x{tokens}", thin=screen_stride_of(adapter, config))
-    for c in table.exact:
-        table.exact[c][:] = False
-    return table
+    """The CLI's screen on the first `tokens` of each of the first `windows` profiling windows (the same token count
+    as one whole window spread over more text), its layer inputs captured afresh for that length."""
+    inputs = capture_layer_inputs(calibration.adapter, calibration.ids[:windows, :tokens], progress=False)
+    return screen_table(calibration, config, inputs)
 
 
 def screen_errors(exact: LossTable, screen: LossTable, columns: dict[str, list[int]]) -> dict[str, float]:

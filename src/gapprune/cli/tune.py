@@ -118,15 +118,15 @@ class TuneCommand:
 def check_tuning_text(config: Any, distill: bool) -> None:
     """Refuse training or validation text that cannot be read before anything loads: distillation's sources,
     or LoRA's instruction file."""
+    from gapprune.tune.alpaca import check_instruction_data
     from gapprune.tune.teacher_text import check_training_sources
 
     if distill:
         for spec in (config.data, config.val_data):
             if spec:
                 check_training_sources(spec)
-    elif config.data != "alpaca" and not Path(config.data).is_file():
-        raise FileNotFoundError(f"instruction data {config.data} does not exist; pass alpaca or an Alpaca-format "
-                                ".json/.jsonl file")
+    else:
+        check_instruction_data(config.data)
 
 
 def _first_last(values: list[tuple[int, float]]) -> str:

@@ -33,6 +33,7 @@ from gapprune.profiling.loss_table import build_loss_table, calibration_tokens, 
 from gapprune.refit import compensated_projection
 
 if TYPE_CHECKING:
+    from gapprune.engine.capture import LayerInputs
     from gapprune.profiling.calibration import Calibration
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def table_compensation(calibration: Calibration, config: PruneConfig) -> Compens
     return compensated
 
 
-def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
+def screen_table(calibration: Calibration, config: PruneConfig, inputs: LayerInputs | None = None) -> LossTable:
     """The auto profiler's estimate: the exact metric on the first `screen_samples` profiling windows.
 
     Same replays and metric as the exact table, on a fraction of its tokens (128 of 1,024 by
@@ -143,13 +144,15 @@ def screen_table(calibration: Calibration, config: PruneConfig) -> LossTable:
     ~5% of its time), in `screen_precision` (the metric always in float32), so it is valid wherever
     the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block
     options). No entry is exact; the exact rounds may measure any column of the exact grid.
+    `inputs`: other layer inputs to screen on (a study of screens), instead of the profiling prefix.
     """
     adapter = calibration.adapter
     layers = shard_layers(adapter.n_layers)
-    table = build_loss_table_batched(adapter, calibration.profile_inputs.first(config.screen_samples),
+    inputs = inputs if inputs is not None else calibration.profile_inputs.first(config.screen_samples)
+    table = build_loss_table_batched(adapter, inputs,
                                      calibration.unit_scores, metric=config.metric, channel_step=step_of(adapter, config),
                                      mlp_stride=config.mlp_stride, layers=layers,
-                                     desc=f"auto: screening ({config.screen_samples} window(s))",
+                                     desc=f"auto: screening ({sum(len(h) for h in inputs.final_hidden)} window(s))",
                                      compensation=table_compensation(calibration, config),
                                      thin=screen_stride_of(adapter, config), precision=screen_precision_of(adapter, config))
     table = gather_table(table, layers)

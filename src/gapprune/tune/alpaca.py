@@ -23,6 +23,12 @@ LOCAL_ALPACA = "alpaca/alpaca_data_cleaned_first5k.json"
 HUB_ALPACA = "yahma/alpaca-cleaned"
 
 
+def check_instruction_data(name_or_path: str) -> None:
+    """Refuse instruction data that is neither `alpaca` (data folder, then hub) nor an existing file."""
+    if name_or_path != "alpaca" and not Path(name_or_path).is_file():
+        raise FileNotFoundError(f"instruction data {name_or_path} does not exist")
+
+
 def load_alpaca_records(name_or_path: str, data_directory: str | Path | None = None) -> list[dict[str, str]]:
     """Records from a local .json/.jsonl file, the data folder (`alpaca`), or the hub."""
     path = Path(name_or_path)
@@ -41,8 +47,7 @@ def load_alpaca_records(name_or_path: str, data_directory: str | Path | None = N
             except Exception as err:  # noqa: BLE001 - offline or missing datasets
                 looked.append(f"hub {HUB_ALPACA} ({type(err).__name__})")
                 raise FileNotFoundError("Alpaca data not found; looked at: " + "; ".join(looked)) from None
-    if not path.is_file():
-        raise FileNotFoundError(f"instruction data {path} does not exist")
+    check_instruction_data(str(path))
     text = path.read_text(encoding="utf-8")
     records = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" else json.loads(text)
     if not records or not all("instruction" in r and "output" in r for r in records):

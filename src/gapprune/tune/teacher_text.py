@@ -140,10 +140,8 @@ def training_windows(
             windows = pack_windows(tokenize_text(text, tokenizer), seq_len, bos)
         elif source == "alpaca" or source.endswith((".json", ".jsonl")) and not _is_text_jsonl(source):
             windows = pack_windows(alpaca_stream(load_alpaca_records(source, data_dir), tokenizer), seq_len, bos)
-        elif Path(source).is_file():
+        else:  # an existing text file (check_training_sources)
             windows = pack_windows(tokenize_text(read_text_file(source), tokenizer), seq_len, bos)
-        else:
-            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca, c4 nor an existing file")
         out.append(windows)
         counts[source] = int(windows.shape[0])
     return torch.cat(out), counts
