@@ -9,7 +9,8 @@
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
-measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL; `--screen 2x64`
+measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
+the floor: the share of the exact optimum's own entries); `--screen 2x64`
 screens the first 64 tokens of two windows instead of one whole window. The finished studies' modes (timing, layers, calib, auto)
 are in history: `git show fab99f7:benchmarks/profilers.py`.
 """
@@ -121,7 +122,14 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
           "rescales around a measured entry"})
     for ratio in map(float, args.ratios.split(",")):
         solve = choices_of(solver(Budget.ratio(ratio), "gap", total, decoder))
-        best = summed(solve(exact))
+        optimum = solve(exact)
+        best = summed(optimum)
+        floor = [layer for c in optimum for layer, k in enumerate(optimum[c]) if k != 0]  # an oracle measures these alone
+        emit({"kind": "auto_floor", "model": args.model, "ratio": ratio, "exact_entries": len(floor),
+              "replay_share": round(sum(map(cost, floor)) / table_cost, 4), "threads": args.threads,
+              "note": "the exact optimum's chosen entries (nothing removed excluded): what a profiler that knew the "
+              "plan would still replay to certify it, weighed as auto_margin's replay_share; the 128-token screen "
+              "costs 1/8 of the table on top"})
         for margin in map(float, args.margins.split(",")):
             done = auto_table(screen, measure, solve, columns=grid.measured, margin=margin, progress=False)
             assert done.exact is not None
