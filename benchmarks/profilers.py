@@ -124,10 +124,11 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
         solve = choices_of(solver(Budget.ratio(ratio), "gap", total, decoder))
         optimum = solve(exact)
         best = summed(optimum)
-        floor = [layer for c in optimum for layer, k in enumerate(optimum[c]) if k != 0]  # an oracle measures these alone
+        floor = [layer for c in optimum for layer, k in enumerate(optimum[c])  # what an oracle measures alone
+                 for _ in bracket(grid.measured[c], k)]
         emit({"kind": "auto_floor", "model": args.model, "ratio": ratio, "exact_entries": len(floor),
               "replay_share": round(sum(map(cost, floor)) / table_cost, 4), "threads": args.threads,
-              "note": "the exact optimum's chosen entries (nothing removed excluded): what a profiler that knew the "
+              "note": "the exact optimum's chosen entries (nothing removed excluded; a pick between the grid's columns counts its two bracketing columns): what a profiler that knew the "
               "plan would still replay to certify it, weighed as auto_margin's replay_share; the 128-token screen "
               "costs 1/8 of the table on top"})
         for margin in map(float, args.margins.split(",")):
@@ -165,6 +166,12 @@ def screen_errors(exact: LossTable, screen: LossTable, columns: dict[str, list[i
             out[f"{c}_{name}_median"] = round(float(np.median(values)), 4)
             out[f"{c}_{name}_p90"] = round(float(np.percentile(values, 90)), 4)
     return out
+
+
+def bracket(columns: list[int], k: int) -> list[int]:
+    """The measured columns option k's value rests on: k on the grid, else the two around it; never option 0."""
+    around = [k] if k in columns else [max(c for c in columns if c < k), min(c for c in columns if c > k)]
+    return [c for c in around if c != 0]
 
 
 def choices_of(solve):  # type: ignore[no-untyped-def]
