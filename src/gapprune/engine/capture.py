@@ -54,22 +54,32 @@ class LayerInputs:
     def first(self, n_samples: int) -> LayerInputs:
         """The first `n_samples` calibration windows, cutting the last batch they reach if needed
         (the loss table is measured on such a prefix; fewer windows than one batch screen cheaply)."""
+        return self.windows(0, n_samples)
+
+    def windows(self, start: int, stop: int) -> LayerInputs:
+        """Calibration windows start...stop-1 (counted across batches), batches cut where needed: the
+        windows after a screen's, which an exact replay of a screened option still has to measure."""
         hidden: list[list[torch.Tensor]] = [[] for _ in self.hidden]
         kwargs: list[list[dict[str, Any]]] = [[] for _ in self.kwargs]
         final, ids = [], []
-        left = n_samples
+        offset = 0
         for b, h in enumerate(self.final_hidden):
-            if left <= 0:
-                break
-            take, size = min(left, int(h.shape[0])), int(h.shape[0])
+            size = int(h.shape[0])
+            lo, hi = max(start - offset, 0), min(stop - offset, size)
+            offset += size
+            if lo >= hi:
+                continue
             for layer in range(self.n_layers):
-                hidden[layer].append(self.hidden[layer][b][:take])
-                kwargs[layer].append(_first_rows(self.kwargs[layer][b], size, take))
-            final.append(h[:take])
+                hidden[layer].append(self.hidden[layer][b][lo:hi])
+                kwargs[layer].append(_rows(self.kwargs[layer][b], size, lo, hi))
+            final.append(h[lo:hi])
             if self.input_ids:
-                ids.append(self.input_ids[b][:take])
-            left -= take
+                ids.append(self.input_ids[b][lo:hi])
         return LayerInputs(hidden=hidden, kwargs=kwargs, final_hidden=final, input_ids=ids)
+
+    @property
+    def n_windows(self) -> int:
+        return sum(int(h.shape[0]) for h in self.final_hidden)
 
     def first_layer_only(self) -> LayerInputs:
         """Layer 0's inputs and every layer's keyword arguments: what a replay from the first layer
@@ -81,17 +91,17 @@ class LayerInputs:
         return self.hidden[layer + 1][batch] if layer + 1 < self.n_layers else self.final_hidden[batch]
 
 
-def _first_rows(kwargs: dict[str, Any], batch: int, take: int) -> dict[str, Any]:
-    """Per-sample tensors (leading dim == batch > 1) cut to their first `take` rows; broadcast ones stay."""
+def _rows(kwargs: dict[str, Any], batch: int, start: int, stop: int) -> dict[str, Any]:
+    """Per-sample tensors (leading dim == batch > 1) cut to rows start...stop-1; broadcast ones stay."""
 
     def cut(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[0] == batch and batch > 1:
-            return value[:take]
+            return value[start:stop]
         if isinstance(value, tuple):
             return tuple(cut(v) for v in value)
         return value
 
-    return {k: cut(v) for k, v in kwargs.items()} if take < batch else kwargs
+    return kwargs if (start, stop) == (0, batch) else {k: cut(v) for k, v in kwargs.items()}
 
 
 def _to(value: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:

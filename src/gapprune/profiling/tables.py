@@ -30,6 +30,7 @@ from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.checkpoint import EntryCheckpoint, LayerCheckpoint, run_key
 from gapprune.profiling.layer_major import build_loss_table_layer_major
 from gapprune.profiling.loss_table import build_loss_table, calibration_tokens, option_grid, units_of
+from gapprune.profiling.screen_reuse import ScreenReuse
 from gapprune.refit import compensated_projection
 
 if TYPE_CHECKING:
@@ -144,10 +145,12 @@ def screen_table(calibration: Calibration, config: PruneConfig, inputs: LayerInp
     ~5% of its time), in `screen_precision` (the metric always in float32), so it is valid wherever
     the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block
     options). No entry is exact; the exact rounds may measure any column of the exact grid.
-    `inputs`: other layer inputs to screen on (a study of screens), instead of the profiling prefix.
+    `inputs`: other layer inputs to screen on (a study of screens), instead of the profiling prefix;
+    only a screen of the prefix records `screen_windows`, which lets the exact rounds reuse it.
     """
     adapter = calibration.adapter
     layers = shard_layers(adapter.n_layers)
+    prefix = inputs is None
     inputs = inputs if inputs is not None else calibration.profile_inputs.first(config.screen_samples)
     table = build_loss_table_batched(adapter, inputs,
                                      calibration.unit_scores, metric=config.metric, channel_step=step_of(adapter, config),
@@ -160,6 +163,8 @@ def screen_table(calibration: Calibration, config: PruneConfig, inputs: LayerInp
     for c in table.exact:
         table.exact[c][:] = False
     table.meta["profiler"] = "screen"
+    if prefix:
+        table.meta["screen_windows"] = inputs.n_windows
     return table
 
 
@@ -201,6 +206,7 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
     reference = dense_reference(adapter, inputs, config.metric, device)
     base = dense_base(adapter, inputs, reference, config.metric, device)  # the ΔL zero point, once for all rounds
     compensation = table_compensation(calibration, config)
+    reuse = ScreenReuse.prepare(table, adapter, inputs, config.metric, device)  # screened entries replay the rest
 
     checkpoint = auto_checkpoint(calibration, config, checkpoint_dir)
     saved = checkpoint.load_entries()  # entries a killed run measured: its rounds replay without replays
@@ -217,10 +223,18 @@ def complete_table(calibration: Calibration, table: LossTable, config: PruneConf
         todo = {layer: per for layer, per in todo.items() if per}
         counts = [sum(len(ks) for ks in per.values()) for per in todo.values()]
         mine = {layer: todo[layer] for layer in shard_entries(list(todo), counts, adapter.n_layers)}
-        fresh = measure_entries(adapter, inputs, mine, units_of(adapter, scores, table.options), metric=config.metric,
-                                reference=reference,
-                                base=base, desc="auto: exact replays this round",
-                                compensation=compensation) if mine else {}
+        screened, whole = reuse.split(mine) if reuse is not None else ({}, mine)
+        kept = units_of(adapter, scores, table.options)
+        fresh = measure_entries(adapter, inputs, whole, kept, metric=config.metric, reference=reference, base=base,
+                                desc="auto: exact replays this round", compensation=compensation) if whole else {}
+        if screened:
+            assert reuse is not None
+            rest = measure_entries(adapter, reuse.rest, screened, kept, metric=config.metric, reference=reuse.reference,
+                                   base=reuse.base, desc="auto: exact replays this round (the windows after the screen's)",
+                                   compensation=compensation)
+            for layer, row in reuse.combine(rest).items():
+                for c, values in row.items():
+                    fresh.setdefault(layer, {}).setdefault(c, {}).update(values)
         parts = all_gather(fresh)  # every rank holds every value, so every rank solves the same next round
         per_rank.append([sum(len(values) for row in part.values() for values in row.values()) for part in parts])
         fresh = {layer: row for part in parts for layer, row in part.items()}
