@@ -165,3 +165,33 @@ def test_a_coarser_grid_measures_only_its_columns():
             assert table.exact["mlp"][layer, k] == (table.exact["mlp"][layer, k - 1] and table.exact["mlp"][layer, k + 1])
     picks = solver(budget)(table)
     assert table.chosen_exact(picks) == {"exact": 2 * N_LAYERS, "chosen": 2 * N_LAYERS}  # what the plan reads
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("budget", budgets()[:3])
+def test_a_ladder_climbs_rung_by_rung_and_ends_on_the_exact_plan(seed, budget):
+    from gapprune.profiling.auto import Ladder
+
+    truth, estimate = synthetic_tables(seed)
+    rng = np.random.default_rng(seed)
+    noise = {c: rng.lognormal(0.0, 0.1, size=truth.loss[c].shape) for c in COMPONENTS}  # a rung's error
+    climbed: dict[tuple[int, str, int], list[int]] = {}
+
+    def rung(entries: Entries, windows: int) -> Measured:
+        out: Measured = {}
+        for layer, per in entries.items():
+            for c, ks in per.items():
+                for k in ks:
+                    climbed.setdefault((layer, c, k), []).append(windows)
+                    out.setdefault(layer, {}).setdefault(c, {})[k] = float(truth.loss[c][layer, k] * noise[c][layer, k] ** (2 / windows))
+        return out
+
+    measure = Recorder(truth)
+    table = auto_table(estimate, measure, solver(budget), margin=MARGIN, progress=False,
+                       ladder=Ladder(rung, (2, 4), (0.3, 0.2)))
+    assert solver(budget)(table) == solver(budget)(truth)
+    assert all(windows in ([2], [2, 4]) for windows in climbed.values())  # one rung a round, each once, in order
+    assert set(measure.asked) <= {key for key, windows in climbed.items() if windows == [2, 4]}  # exact: from the top
+    assert len(set(measure.asked)) < len(climbed)  # some candidates stopped on a rung
+    stages = {r["stage"] for r in table.meta["auto"]["rounds"]}
+    assert {"2 windows", "4 windows", "exact"} <= stages

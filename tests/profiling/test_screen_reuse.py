@@ -1,4 +1,5 @@
-"""The auto profiler's exact rounds replay only the windows after the screen's, for the values of whole replays."""
+"""The auto profiler measures each entry window by window (the screen's, the ladder's rungs, all): every window
+is replayed once, and the values are those of whole replays."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from gapprune.pipeline import plan_for
 from gapprune.profiling import tables
-from gapprune.profiling.screen_reuse import ScreenReuse
+from gapprune.profiling.prefix_replays import PrefixReplays, screened_values
 from tests.helpers import tiny_config, tiny_run
 
 
@@ -37,37 +38,62 @@ def test_windows_cut_across_batches_in_order(exact_run):
 
 
 @pytest.mark.parametrize("screen_stride", [1, 2])
-def test_exact_rounds_replay_the_rest_and_agree_with_whole_replays(exact_run, ids, screen_stride, tmp_path, monkeypatch):
-    calls: list[tuple[int, int]] = []  # (windows replayed, entries) per exact-round replay call
+def test_every_window_is_replayed_once_and_the_values_are_whole_replays(exact_run, ids, screen_stride, tmp_path,
+                                                                          monkeypatch):
+    replayed: dict[tuple[int, str, int], int] = {}  # windows replayed per entry, over all rounds
     real = tables.measure_entries
 
     def spy(adapter, inputs, entries, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append((inputs.n_windows, sum(len(ks) for per in entries.values() for ks in per.values())))
+        for layer, per in entries.items():
+            for c, ks in per.items():
+                for k in ks:
+                    replayed[layer, c, k] = replayed.get((layer, c, k), 0) + inputs.n_windows
         return real(adapter, inputs, entries, *args, **kwargs)
 
     monkeypatch.setattr(tables, "measure_entries", spy)
     config = tiny_config(ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride)
     auto = plan_for(config, exact_run.calibration, checkpoint_dir=tmp_path)[1].table
-    windows = {w for w, n in calls if n}
-    assert 7 in windows  # the screened entries: the seven windows after the screen's one
-    assert (8 in windows) == (screen_stride > 1)  # a thinned screen leaves columns that replay every window
-    assert auto.n_exact() > 0
+    screened = {key for key in screened_values(tables.screen_table(exact_run.calibration, config),
+                                               exact_run.calibration.adapter, exact_run.calibration.profile_inputs)}
+    rungs = auto.meta["auto"]["ladder"]["windows"]
+    assert rungs == [2, 4] and any(r["stage"] == "2 windows" for r in auto.meta["auto"]["rounds"])
+    exact = {(int(layer), c, int(k)) for c in ("attn", "mlp")
+             for layer, k in zip(*np.nonzero(auto.exact[c] & (auto.removed[c] > 0)), strict=True)}
+    measured = exact & set(replayed)
+    assert measured and all(replayed[key] == 8 - (key in screened) for key in measured)
+    assert any(key not in exact and replayed[key] < 8 for key in replayed)  # stopped on a rung: part of a replay
+    assert (screen_stride > 1) == any(key not in screened for key in measured)
     for c in ("attn", "mlp"):
-        measured = auto.exact[c] & (auto.removed[c] > 0)
-        np.testing.assert_allclose(auto.loss[c][measured], exact_run.table.loss[c][measured], rtol=1e-5, atol=1e-8)
+        on = auto.exact[c] & (auto.removed[c] > 0)
+        np.testing.assert_allclose(auto.loss[c][on], exact_run.table.loss[c][on], rtol=1e-5, atol=1e-8)
 
 
-def test_only_a_float32_screen_of_the_profiling_prefix_is_reused(exact_run, ids):
+def test_only_a_float32_screen_of_the_profiling_prefix_counts(exact_run, ids):
     calibration = exact_run.calibration
     adapter, inputs = calibration.adapter, calibration.profile_inputs
     screen = tables.screen_table(calibration, tiny_config(ids, channel_step=16, profiler="auto"))
     assert screen.meta["screen_windows"] == 1
-    device = torch.device("cpu")
-    reuse = ScreenReuse.prepare(screen, adapter, inputs, "kl", device)
-    assert reuse is not None and reuse.rest.n_windows == 7
-    screened, whole = reuse.split({0: {"attn": [0, 1], "mlp": [2]}})
-    assert screened == {0: {"attn": [1], "mlp": [2]}} and whole == {0: {"attn": [0]}}  # option 0 is never replayed
+    known = screened_values(screen, adapter, inputs)
+    assert known[0, "attn", 1] == (1, pytest.approx(float(screen.loss["attn"][0, 1])))
+    assert all(k for _, _, k in known)  # option 0 is never replayed
     for change in ({"precision": "bfloat16"}, {"screen_windows": None}, {"screen_windows": 8}, {"tokens": 1}):
         other = screen.copy()
         other.meta = {**screen.meta, **change}
-        assert ScreenReuse.prepare(other, adapter, inputs, "kl", device) is None, change
+        assert screened_values(other, adapter, inputs) == {}, change
+
+
+def test_measure_replays_only_the_missing_windows_and_weighs_by_positions(exact_run):
+    calibration = exact_run.calibration
+    inputs = calibration.profile_inputs
+    prefixes = PrefixReplays(calibration.adapter, inputs, "kl", torch.device("cpu"), {(0, "mlp", 1): (2, 0.5)})
+    asked: list[tuple[int, int]] = []
+
+    def replay(part, todo, reference, base):  # type: ignore[no-untyped-def]
+        asked.append((part.n_windows, len(todo[0]["mlp"])))
+        return {0: {"mlp": {k: 0.1 for k in todo[0]["mlp"]}}}
+
+    out = prefixes.measure({0: {"mlp": [0, 1, 2]}}, 8, replay)
+    assert sorted(asked) == [(6, 1), (8, 1)]  # option 1 lacks windows 2...7, option 2 all of them; option 0 none
+    assert out[0]["mlp"] == {0: 0.0, 1: pytest.approx((2 * 0.5 + 6 * 0.1) / 8), 2: pytest.approx(0.1)}
+    prefixes.learn(out, 8)
+    assert prefixes.measure({0: {"mlp": [1]}}, 4, replay)[0]["mlp"][1] == out[0]["mlp"][1]  # measured on more: kept

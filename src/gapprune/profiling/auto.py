@@ -15,7 +15,11 @@ exactly only the entries that could change it:
    (`margin` x value for an estimate, `screen_margin` x value for a screened entry, 0 when exact),
    its reduced cost ΔL[k] − λ·removed[k] is no worse than the pick's. A non-exact pick always is.
 4. Measure. With a `screen` callback, estimate-level candidates are screened first and the round
-   starts again; then the candidates are measured exactly, substituted, and the round repeats.
+   starts again; then the candidates are measured exactly, substituted, and the round repeats. With
+   a `Ladder`, a candidate climbs one rung per round instead (the metric on more of the profiling
+   windows, each rung's value rescaled like a screened one and given a narrower margin) and only a
+   candidate on the last rung is measured exactly: most candidates stop a rung or two up, having
+   cost a fraction of an exact replay.
    It stops when no candidate is left: every pick is exact and, within the margins, no other option
    can beat it, so the next solve returns the same plan.
 
@@ -27,6 +31,7 @@ what the new plan needs and has not been measured. Nothing here touches a model:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +44,22 @@ from gapprune.engine.replay import Entries, Measured
 Measure = Callable[[Entries], Measured]
 Solve = Callable[[LossTable], dict[str, list[int]]]  # working table -> option index per component and layer
 
-ESTIMATE, SCREENED, EXACT = 0, 1, 2
+ESTIMATE, SCREENED, PARTIAL, EXACT = 0, 1, 2, 3  # PARTIAL: on a rung of the ladder
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Rungs between the screen and the exact value: the exact metric on more of the profiling windows.
+
+    `measure(entries, windows)` returns ΔL on the first `windows` profiling windows (it replays only
+    the windows an entry was not measured on yet); `windows` rise rung by rung below the exact
+    table's count, and `margins[i]` is rung i's relative uncertainty, narrower than the screen's as
+    more of the windows are in.
+    """
+
+    measure: Callable[[Entries, int], Measured]
+    windows: tuple[int, ...]
+    margins: tuple[float, ...]
 _FLOOR = 1e-9  # ΔL below this is treated as this, so ratios stay finite
 
 
@@ -52,8 +72,9 @@ def auto_table(
     margin: float = 0.25,
     screen_margin: float = 0.25,
     columns: dict[str, list[int]] | None = None,
-    max_rounds: int = 20,
+    max_rounds: int = 30,
     progress: bool = True,
+    ladder: Ladder | None = None,
 ) -> LossTable:
     """A loss table whose entries are exact wherever they can change `solve`'s plan.
 
@@ -84,6 +105,8 @@ def auto_table(
         max_rounds: a safety bound; every round measures at least one new entry, so the loop ends
             anyway within the table's size.
         progress: a tqdm bar: stage, round, exact entries out of the table's.
+        ladder: optional rungs between the estimate and the exact value (see `Ladder`); a candidate
+            climbs one per round, the exact `measure` only takes candidates on the last rung.
 
     Returns:
         A copy of `estimate` with measured values substituted, exact flags set, the working
@@ -92,7 +115,7 @@ def auto_table(
     """
     table = estimate.copy()
     assert table.exact is not None
-    state = _State.start(table, columns)
+    state = _State.start(table, columns, ladder.margins if ladder is not None else ())
     total = sum(table.n_layers * int(state.columns[c][1:].sum()) for c in COMPONENTS)  # the measurable grid
     bar = tqdm(total=total, desc="auto ΔL", unit="entry", disable=not progress)
     bar.update(state.n_exact())
@@ -112,15 +135,23 @@ def auto_table(
                 history.append({"round": round_no + 1, "stage": "screen", "entries": _count(todo)})
                 round_no += 1
                 continue
-        todo = state.candidates(working, plans, lam, tol, levels=(ESTIMATE, SCREENED))
+        todo = state.candidates(working, plans, lam, tol, levels=(ESTIMATE, SCREENED, PARTIAL))
         if not todo:
             converged = True
             break
         round_no += 1
-        bar.set_description(f"auto ΔL: exact round {round_no}")
-        state.store(measure(todo), EXACT)
-        bar.update(_count(todo))
-        history.append({"round": round_no, "stage": "exact", "entries": _count(todo)})
+        bar.set_description(f"auto ΔL: round {round_no}")
+        steps = state.next_rungs(todo) if ladder is not None else {-1: todo}
+        for rung, entries in sorted(steps.items()):  # the exact measurements (-1) first, then the rungs
+            if rung < 0:
+                state.store(measure(entries), EXACT)
+                bar.update(_count(entries))
+                stage = "exact"
+            else:
+                assert ladder is not None
+                state.store_rung(ladder.measure(entries, ladder.windows[rung]), rung)
+                stage = f"{ladder.windows[rung]} windows"
+            history.append({"round": round_no, "stage": stage, "entries": _count(entries)})
     bar.close()
     result = state.working(table)
     saved = estimate.meta.get("auto", {})
@@ -128,6 +159,7 @@ def auto_table(
     result.meta["profiler"] = "auto"
     result.meta["auto"] = {
         "rounds": history, "converged": converged, "margin": margin, "screen_margin": screen_margin,
+        **({"ladder": {"windows": list(ladder.windows), "margins": list(ladder.margins)}} if ladder is not None else {}),
         "n_exact_before": exact_before, "n_exact": state.n_exact(), "n_entries": total,
         "estimate": {c: v.tolist() for c, v in state.estimate.items()},
         "screened": {c: np.where(state.level[c] >= SCREENED, state.screened[c], np.nan).tolist() for c in COMPONENTS},
@@ -182,12 +214,16 @@ class _State:
     """Per entry: its raw estimate, its level (estimate, screened, exact) and its measured values."""
 
     def __init__(self, estimate: dict[str, np.ndarray], screened: dict[str, np.ndarray],
-                 level: dict[str, np.ndarray], exact: dict[str, np.ndarray], columns: dict[str, np.ndarray]) -> None:
+                 level: dict[str, np.ndarray], exact: dict[str, np.ndarray], columns: dict[str, np.ndarray],
+                 rung_margins: tuple[float, ...] = ()) -> None:
         self.estimate, self.screened, self.level, self.exact = estimate, screened, level, exact
         self.columns = columns  # per component, (K,) bool: may be measured
+        self.rung_margins = rung_margins
+        self.rung = {c: np.full(v.shape, -1) for c, v in level.items()}  # the highest rung reached, -1: none
+        self.on_rung = {c: np.full((*v.shape, len(rung_margins)), np.nan) for c, v in level.items()}  # value per rung
 
     @classmethod
-    def start(cls, table: LossTable, columns: dict[str, list[int]] | None) -> _State:
+    def start(cls, table: LossTable, columns: dict[str, list[int]] | None, rung_margins: tuple[float, ...] = ()) -> _State:
         assert table.exact is not None
         saved = table.meta.get("auto", {})
         estimate, screened, level, exact = {}, {}, {}, {}
@@ -204,7 +240,7 @@ class _State:
         for c, ks in (columns or {}).items():
             allowed[c][:] = False
             allowed[c][[0, *ks]] = True
-        return cls(estimate, screened, level, exact, allowed)
+        return cls(estimate, screened, level, exact, allowed, rung_margins)
 
     def n_exact(self) -> int:
         return int(sum(int((self.level[c][:, 1:] == EXACT).sum()) for c in COMPONENTS))
@@ -219,6 +255,36 @@ class _State:
                     target[c][layer, k] = value
                     self.level[c][layer, k] = level
 
+    def store_rung(self, values: Measured, rung: int) -> None:
+        for layer, per in values.items():
+            for c, ks in per.items():
+                for k, value in ks.items():
+                    if self.level[c][layer, k] == EXACT or self.rung[c][layer, k] >= rung:
+                        continue
+                    self.on_rung[c][layer, k, rung] = value
+                    self.rung[c][layer, k] = rung
+                    self.level[c][layer, k] = PARTIAL
+
+    def next_rungs(self, entries: Entries) -> dict[int, Entries]:
+        """Where each candidate goes this round: the rung above its own (-1: measured exactly)."""
+        out: dict[int, Entries] = {}
+        top = len(self.rung_margins) - 1
+        for layer, per in entries.items():
+            for c, ks in per.items():
+                for k in ks:
+                    reached = int(self.rung[c][layer, k])
+                    step = reached + 1 if reached < top else -1
+                    out.setdefault(step, {}).setdefault(layer, {}).setdefault(c, []).append(k)
+        return out
+
+    def tolerance(self, c: str, tol: dict[int, float]) -> np.ndarray:
+        """Each entry's relative uncertainty: by level, and on the ladder by its rung."""
+        out = np.vectorize(lambda level: tol.get(level, 0.0), otypes=[float])(self.level[c])
+        if self.rung_margins:
+            on = self.level[c] == PARTIAL
+            out[on] = np.asarray(self.rung_margins)[self.rung[c][on]]
+        return out
+
     def working(self, table: LossTable) -> LossTable:
         """The table the plan is solved on: exact, else screened, else rescaled estimate."""
         out = table.copy()
@@ -228,6 +294,10 @@ class _State:
             out.loss[c] = np.where(lvl == EXACT, self.exact[c],
                                    np.where(lvl == SCREENED, self._rescaled(c, self.screened[c]),
                                             self._rescaled(c, self.estimate[c])))
+            for rung in range(len(self.rung_margins)):
+                on = (lvl == PARTIAL) & (self.rung[c] == rung)
+                if on.any():
+                    out.loss[c][on] = self._rescaled(c, self.on_rung[c][..., rung])[on]
             out.exact[c] = lvl == EXACT
             cols = np.flatnonzero(self.columns[c])
             if cols.size < self.columns[c].size:
@@ -262,7 +332,7 @@ class _State:
         """Every entry lowered to the bottom of its uncertainty: ΔL / (1 + tol[level])."""
         out = working.copy()
         for c in COMPONENTS:
-            out.loss[c] = working.loss[c] / (1.0 + np.vectorize(tol.get)(self.level[c]))
+            out.loss[c] = working.loss[c] / (1.0 + self.tolerance(c, tol))
         return out
 
     def candidates(self, working: LossTable, plans: list[dict[str, list[int]]], lam: float,
@@ -276,7 +346,7 @@ class _State:
         todo: Entries = {}
         for c in COMPONENTS:
             loss, removed, lvl = working.loss[c], working.removed[c].astype(np.float64), self.level[c]
-            low = loss / (1.0 + np.vectorize(tol.get)(lvl))
+            low = loss / (1.0 + self.tolerance(c, tol))
             open_ = np.isin(lvl, levels) & self.columns[c]
             cols = np.flatnonzero(self.columns[c])
             for layer, pick in enumerate(plans[0][c]):
