@@ -3,6 +3,7 @@
     python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
     python benchmarks/profilers.py tiles --threads 2
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
+    python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0.1,0.2 --ladder
 
 `screen`: the exact table's profiling time, then the auto profiler per screen variant
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
@@ -11,7 +12,8 @@ for SmolLM2's and Qwen2.5-1.5B's heads. `margins`: the auto profiler's rounds re
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
 the floor: the share of the exact optimum's own entries); `--screen 2x64`
-screens the first 64 tokens of two windows instead of one whole window. The finished studies' modes (timing, layers, calib, auto)
+screens the first 64 tokens of two windows instead of one whole window; `--ladder` runs the CLI's ladder (rungs of 2
+and 4 windows) on per-window exact tables. The finished studies' modes (timing, layers, calib, auto)
 are in history: `git show fab99f7:benchmarks/profilers.py`.
 """
 
@@ -41,7 +43,7 @@ from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
 from gapprune.profiling.auto import auto_table
 from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
-from gapprune.profiling.tables import screen_table, step_of
+from gapprune.profiling.tables import ladder_of, screen_table, step_of
 
 HEAD_IN_LAYERS = 11  # a replay's LM head and logsumexp cost about 11 SmolLM2 decoder layers (performance.md §1)
 
@@ -78,6 +80,7 @@ def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
                   "same_components_as_exact_plan": sum(a == b for c in COMPONENTS
                                                        for a, b in zip(choice[c], exact_plan[c], strict=True)),
                   "exact_replays": sum(r["entries"] for r in meta["rounds"] if r["stage"] == "exact"),
+                  "rung_replays": sum(r["entries"] for r in meta["rounds"] if r["stage"].endswith("windows")),
                   "rounds": meta["rounds"],
                   "note": "wall_s and exact_wall_s: profiling alone (plan_for's phase; the exact table's measure_table)"})
 
@@ -120,6 +123,10 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
           "note": "|rescaled screen / exact - 1| over the grid's columns, the screen rescaled by the exact/screen "
           "ratio of one other column of the same row (distance 1: the adjacent column), as the auto profiler "
           "rescales around a measured entry"})
+    windows = calibration.profile_inputs.n_windows
+    per_window = [kept_table(folder / f"window-{w}.json",  # each profiling window's exact table, for the ladder
+                             partial(screen_table, calibration, config, calibration.profile_inputs.windows(w, w + 1)))
+                  for w in range(windows)] if args.ladder else []
     for ratio in map(float, args.ratios.split(",")):
         solve = choices_of(solver(Budget.ratio(ratio), "gap", total, decoder))
         optimum = solve(exact)
@@ -132,6 +139,21 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
               "plan would still replay to certify it, weighed as auto_margin's replay_share; the 128-token screen "
               "costs 1/8 of the table on top"})
         for margin in map(float, args.margins.split(",")):
+            if per_window:
+                done, ladder, reached = with_ladder(per_window, config, solve, grid.measured, margin)
+                emit({"kind": "auto_margin", "model": args.model, "screen": args.screen, "ladder": list(ladder.windows),
+                      "ladder_margins": [round(m, 4) for m in ladder.margins], "ratio": ratio, "margin": margin,
+                      "exact_entries": sum(w == len(per_window) for w in reached.values()),
+                      "rung_entries": sum(w < len(per_window) for w in reached.values()),
+                      "replay_share": round(sum(cost(key[0]) * (w - 1) / len(per_window) for key, w in reached.items())
+                                            / table_cost, 4),
+                      "rounds": len(done.meta["auto"]["rounds"]), "summed_dl_exact": round(summed(solve(done)), 6),
+                      "exact_summed_dl_exact": round(best, 6), "over_exact_optimum": round(summed(solve(done)) / best - 1, 5),
+                      "threads": args.threads, "note": "offline: the rungs and exact rounds read per-window exact tables "
+                      "(their mean over all windows is the exact table); replay_share counts the windows each entry "
+                      f"replayed beyond the screen's, an entry at layer l weighing L - l + {HEAD_IN_LAYERS} per whole "
+                      "replay; the screen's 1/8 of the table not included"})
+                continue
             done = auto_table(screen, measure, solve, columns=grid.measured, margin=margin, progress=False)
             assert done.exact is not None
             plan = solve(done)
@@ -144,6 +166,26 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
                   "threads": args.threads, "note": "offline: the exact rounds read the exact table; replay_share "
                   f"weighs an entry at layer l by L - l + {HEAD_IN_LAYERS} (the head in decoder layers), the "
                   "screen's cost (about 1/8 of the table) not included"})
+
+
+def with_ladder(per_window: list[LossTable], config: PruneConfig, solve, columns, margin: float):  # type: ignore[no-untyped-def]
+    """Auto with the CLI's ladder, offline: a rung's value is the mean of the first windows' exact tables, the exact
+    value the mean of all. Returns the completed table, the ladder, and the windows each entry was measured on."""
+    n = len(per_window)
+    reached: dict[tuple[int, str, int], int] = {}
+
+    def on_windows(entries, windows):  # type: ignore[no-untyped-def]
+        for layer, per in entries.items():
+            for c, ks in per.items():
+                for k in ks:
+                    reached[layer, c, k] = max(reached.get((layer, c, k), 1), windows)
+        return {layer: {c: {k: float(np.mean([t.loss[c][layer, k] for t in per_window[:windows]])) for k in ks}
+                        for c, ks in per.items()} for layer, per in entries.items()}
+
+    ladder = ladder_of(replace(config, auto_margin=margin), n, on_windows)
+    done = auto_table(per_window[0], lambda entries: on_windows(entries, n), solve, columns=columns, margin=margin,
+                      progress=False, ladder=ladder)
+    return done, ladder, reached
 
 
 def prefix_screen(calibration, config: PruneConfig, windows: int, tokens: int) -> LossTable:  # type: ignore[no-untyped-def]
@@ -210,6 +252,8 @@ def main() -> None:
     parser.add_argument("--margins", default="0,0.05,0.1", help="margins: auto margins to replay")
     parser.add_argument("--screen", default="1x128", help="margins: the screen's windows x tokens (1x128: the CLI's; "
                         "e.g. 2x64, the first 64 tokens of two windows)")
+    parser.add_argument("--ladder", action="store_true", help="margins: auto with the CLI's ladder (rungs of 2 and 4 "
+                        "windows), from per-window exact tables kept in --tables")
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out)
