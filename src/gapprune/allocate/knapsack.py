@@ -62,26 +62,18 @@ def solve_knapsack(costs: Sequence[np.ndarray], losses: Sequence[np.ndarray], bu
         new = np.full(width, np.inf)
         new_choice = np.zeros(width, dtype=np.int32)
         new_origin = np.zeros(width, dtype=np.int64)
-        for k in range(cost.size):
+        for k in range(cost.size):  # in place, strict improvements only: the first of equal options stays
             c = int(cost[k])
-            cand = np.full(width, np.inf)
-            src = np.zeros(width, dtype=np.int64)
-            if c < width:
-                cand[c:] = best[: width - c] + loss[k]
-                src[c:] = states[: width - c]
-                tail = best[width - c :]  # states that saturate at the budget
-            else:
-                tail = best
-            if tail.size:
-                j = int(np.argmin(tail))
-                value = tail[j] + loss[k]
-                if value < cand[budget]:
-                    cand[budget] = value
-                    src[budget] = (width - tail.size) + j
-            better = cand < new
-            new[better] = cand[better]
-            new_choice[better] = k
-            new_origin[better] = src[better]
+            if c < width:  # state j from state j - c
+                cand = best[: width - c] + loss[k]
+                better = cand < new[c:]
+                np.copyto(new[c:], cand, where=better)
+                np.copyto(new_choice[c:], k, where=better)
+                np.copyto(new_origin[c:], states[: width - c], where=better)
+            lowest = max(budget - c, 0)  # the budget's state from any state at or above budget - c: costs
+            j = lowest + int(np.argmin(best[lowest:]))  # beyond the budget are worth nothing more
+            if best[j] + loss[k] < new[budget]:
+                new[budget], new_choice[budget], new_origin[budget] = best[j] + loss[k], k, j
         best, choice[g], origin[g] = new, new_choice, new_origin
     if not np.isfinite(best[budget]):
         raise InfeasibleBudget(f"no combination of options reaches the budget {budget}")
