@@ -60,6 +60,8 @@ class Ladder:
     measure: Callable[[Entries, int], Measured]
     windows: tuple[int, ...]
     margins: tuple[float, ...]
+
+
 _FLOOR = 1e-9  # ΔL below this is treated as this, so ratios stay finite
 
 
@@ -211,7 +213,7 @@ def _count(entries: Entries) -> int:
 
 
 class _State:
-    """Per entry: its raw estimate, its level (estimate, screened, exact) and its measured values."""
+    """Per entry: its raw estimate, its level (estimate, screened, on a rung, exact) and its measured values."""
 
     def __init__(self, estimate: dict[str, np.ndarray], screened: dict[str, np.ndarray],
                  level: dict[str, np.ndarray], exact: dict[str, np.ndarray], columns: dict[str, np.ndarray],
