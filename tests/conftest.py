@@ -103,6 +103,20 @@ def token_ids() -> torch.Tensor:
 
 
 @pytest.fixture(scope="session")
+def auto_ids() -> torch.Tensor:
+    """Eight windows of 32 tokens: what the auto profiler's tests calibrate the tiny Llama on."""
+    return torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="session")
+def auto_exact_run(auto_ids: torch.Tensor):  # type: ignore[no-untyped-def]
+    """The tiny Llama's exact profile on `auto_ids` (channel step 16): the truth the auto profiler is checked against."""
+    from tests.helpers import tiny_run
+
+    return tiny_run(tiny_llama(), auto_ids, channel_step=16)
+
+
+@pytest.fixture(scope="session")
 def data_dir() -> Path:
     value = os.environ.get("GAPPRUNE_DATA")
     path = Path(value) if value else REPO.parent / "shared" / "data"

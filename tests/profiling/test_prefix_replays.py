@@ -10,23 +10,11 @@ import torch
 from gapprune.pipeline import plan_for
 from gapprune.profiling import tables
 from gapprune.profiling.prefix_replays import PrefixReplays, screened_values
-from tests.helpers import tiny_config, tiny_run
+from tests.helpers import tiny_config
 
 
-@pytest.fixture(scope="module")
-def ids():
-    return torch.randint(0, 256, (8, 32), generator=torch.Generator().manual_seed(5))
-
-
-@pytest.fixture(scope="module")
-def exact_run(ids):
-    from tests.conftest import tiny_llama
-
-    return tiny_run(tiny_llama(), ids, channel_step=16)
-
-
-def test_windows_cut_across_batches_in_order(exact_run):
-    inputs = exact_run.calibration.profile_inputs  # 8 windows in batches of 2
+def test_windows_cut_across_batches_in_order(auto_exact_run):
+    inputs = auto_exact_run.calibration.profile_inputs  # 8 windows in batches of 2
     part = inputs.windows(1, 6)
     assert part.n_windows == 5 and [int(h.shape[0]) for h in part.final_hidden] == [1, 2, 2]
     for layer in (0, inputs.n_layers - 1):
@@ -38,7 +26,7 @@ def test_windows_cut_across_batches_in_order(exact_run):
 
 
 @pytest.mark.parametrize("screen_stride", [1, 2])
-def test_every_window_is_replayed_once_and_the_values_are_whole_replays(exact_run, ids, screen_stride, tmp_path,
+def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exact_run, auto_ids, screen_stride, tmp_path,
                                                                           monkeypatch):
     replayed: dict[tuple[int, str, int], int] = {}  # windows replayed per entry, over all rounds
     real = tables.measure_entries
@@ -51,10 +39,10 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(exact_ru
         return real(adapter, inputs, entries, *args, **kwargs)
 
     monkeypatch.setattr(tables, "measure_entries", spy)
-    config = tiny_config(ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride)
-    auto = plan_for(config, exact_run.calibration, checkpoint_dir=tmp_path)[1].table
-    screened = {key for key in screened_values(tables.screen_table(exact_run.calibration, config),
-                                               exact_run.calibration.adapter, exact_run.calibration.profile_inputs)}
+    config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride)
+    auto = plan_for(config, auto_exact_run.calibration, checkpoint_dir=tmp_path)[1].table
+    screened = {key for key in screened_values(tables.screen_table(auto_exact_run.calibration, config),
+                                               auto_exact_run.calibration.adapter, auto_exact_run.calibration.profile_inputs)}
     rungs = auto.meta["auto"]["ladder"]["windows"]
     assert rungs == [2, 4] and any(r["stage"] == "2 windows" for r in auto.meta["auto"]["rounds"])
     exact = {(int(layer), c, int(k)) for c in ("attn", "mlp")
@@ -65,13 +53,13 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(exact_ru
     assert (screen_stride > 1) == any(key not in screened for key in measured)
     for c in ("attn", "mlp"):
         on = auto.exact[c] & (auto.removed[c] > 0)
-        np.testing.assert_allclose(auto.loss[c][on], exact_run.table.loss[c][on], rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(auto.loss[c][on], auto_exact_run.table.loss[c][on], rtol=1e-5, atol=1e-8)
 
 
-def test_only_a_float32_screen_of_the_profiling_prefix_counts(exact_run, ids):
-    calibration = exact_run.calibration
+def test_only_a_float32_screen_of_the_profiling_prefix_counts(auto_exact_run, auto_ids):
+    calibration = auto_exact_run.calibration
     adapter, inputs = calibration.adapter, calibration.profile_inputs
-    screen = tables.screen_table(calibration, tiny_config(ids, channel_step=16, profiler="auto"))
+    screen = tables.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto"))
     assert screen.meta["screen_windows"] == 1
     known = screened_values(screen, adapter, inputs)
     assert known[0, "attn", 1] == (1, pytest.approx(float(screen.loss["attn"][0, 1])))
@@ -82,8 +70,8 @@ def test_only_a_float32_screen_of_the_profiling_prefix_counts(exact_run, ids):
         assert screened_values(other, adapter, inputs) == {}, change
 
 
-def test_measure_replays_only_the_missing_windows_and_weighs_by_positions(exact_run):
-    calibration = exact_run.calibration
+def test_measure_replays_only_the_missing_windows_and_weighs_by_positions(auto_exact_run):
+    calibration = auto_exact_run.calibration
     inputs = calibration.profile_inputs
     prefixes = PrefixReplays(calibration.adapter, inputs, "kl", torch.device("cpu"), {(0, "mlp", 1): (2, 0.5)})
     asked: list[tuple[int, int]] = []
