@@ -8,8 +8,11 @@ import torch
 from gapprune.importance import ScoringContext, score_units
 from gapprune.importance.obs import (
     DAMP,
+    channel_order,
     compact_,
+    compacting_order,
     damped_inverse,
+    inverse_root,
     obs_order,
     obs_order_tokens,
     removal_errors,
@@ -92,6 +95,17 @@ def test_every_greedy_step_removes_the_unit_of_least_refit_error_given_those_gon
         assert order[step] == best
 
 
+@pytest.mark.parametrize(("per_step", "flush_every"), [(1, 1), (3, 2), (4, 8), (5, 100)])
+def test_deferred_channel_updates_give_the_order_of_updating_at_every_step(per_step, flush_every):
+    g = torch.Generator().manual_seed(11)
+    weight = torch.randn(12, 60, generator=g, dtype=torch.float64)
+    x = torch.randn(200, 60, generator=g, dtype=torch.float64) @ torch.randn(60, 60, generator=g, dtype=torch.float64)
+    hinv = damped_inverse(x.T @ x, torch.float64)
+    eager = compacting_order(weight, hinv.clone(), 1, per_step)
+    assert sorted(eager) == list(range(60))
+    assert channel_order(weight, hinv.clone(), per_step, flush_every) == eager
+
+
 @pytest.mark.parametrize("n", [7, 300])
 def test_in_place_compaction_equals_the_masked_copy(n):
     matrix = torch.randn(n, n, dtype=torch.float64)
@@ -151,3 +165,21 @@ def test_obs_scores_rank_every_unit_of_a_real_model(llama, token_ids):
 def test_obs_needs_the_gram_statistics(llama):
     with pytest.raises(ValueError, match="Gram"):
         score_units(ScoringContext(get_adapter(llama)), "obs")
+
+
+@pytest.mark.parametrize("indefinite", [False, True])
+def test_inverse_root_whitens_a_block_and_survives_one_rounding_made_indefinite(indefinite):
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    block = a @ a.T + 0.5 * torch.eye(6, dtype=torch.float64)
+    if indefinite:
+        values, vectors = torch.linalg.eigh(block)
+        values[0] = -1e-9  # what rounding does to the last channels' block
+        block = (vectors * values) @ vectors.T
+    m = inverse_root(block)
+    assert torch.isfinite(m).all()
+    if not indefinite:
+        torch.testing.assert_close(m.T @ m, torch.linalg.inv(block))
+    else:
+        projected = m @ block @ m.T  # the identity on the block's positive eigenvectors
+        torch.testing.assert_close(projected[1:, 1:].diagonal(), torch.ones(5, dtype=torch.float64), rtol=1e-6, atol=1e-6)
