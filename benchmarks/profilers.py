@@ -2,13 +2,15 @@
 
     python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
     python benchmarks/profilers.py tiles --threads 2
+    python benchmarks/profilers.py kernels --threads 2
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0.1,0.2 --ladder
 
 `screen`: the exact table's profiling time, then the auto profiler per screen variant
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
-for SmolLM2's and Qwen2.5-1.5B's heads. `margins`: the auto profiler's rounds replayed offline on one exact
+for SmolLM2's and Qwen2.5-1.5B's heads. `kernels`: one OBS pass over an 8,960-wide MLP (Qwen2.5-1.5B's)
+with H⁻¹ updated at every step or deferred, and a linear layer's GFLOP/s in float32 and bfloat16. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
 the floor: the share of the exact optimum's own entries); `--screen 2x64`
@@ -240,9 +242,35 @@ def tiles(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
                   "tile_vocab": elements // tile_rows, "seconds": round(seconds, 3), "threads": args.threads})
 
 
+def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
+    """OBS's channel pass, compacting every step against deferred, and float32 against bfloat16 matmuls."""
+    from gapprune.importance.obs import channel_order, compacting_order, damped_inverse
+    torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(0)
+    width, tokens, out, per_step, step = 8960, 4096, 1536, 140, 280  # Qwen2.5-1.5B's MLP, CLI defaults
+    x = torch.randn(tokens, width, generator=g) * torch.rand(width, generator=g)
+    gram, weight = x.T @ x, torch.randn(out, width, generator=g)
+    reference = channel_order(weight, damped_inverse(gram, torch.float64), per_step)
+    options = lambda order: [set(order[:k]) for k in range(step, width, step)]
+    for name, order_of in (("compacting", partial(compacting_order, width=1)), ("deferred", channel_order)):
+        start = time.perf_counter()
+        order = order_of(weight, damped_inverse(gram, torch.float32), per_step=per_step)
+        emit({"kind": "obs_layer", "pass": name, "width": width, "tokens": tokens, "per_step": per_step,
+              "seconds": round(time.perf_counter() - start, 2), "threads": args.threads,
+              "options_as_float64": sum(a == b for a, b in zip(options(order), options(reference), strict=True)),
+              "options": len(options(reference))})
+    for rows, (n_out, n_in) in [(1024, (1536, 576)), (1024, (576, 1536)), (1024, (49_152, 576))]:  # SmolLM2's
+        a, w = torch.randn(rows, n_in), torch.randn(n_out, n_in)
+        for dtype in (torch.float32, torch.bfloat16):
+            seconds = median_seconds(partial(torch.nn.functional.linear, a.to(dtype), w.to(dtype)), repeats=5)
+            emit({"kind": "matmul", "dtype": str(dtype).removeprefix("torch."), "rows": rows, "out": n_out,
+                  "in": n_in, "gflops": round(2 * rows * n_out * n_in / seconds / 1e9, 1), "threads": args.threads,
+                  "cpu_flags": sorted(set(Path("/proc/cpuinfo").read_text().split()) & {"avx512_bf16", "amx_bf16"})})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["screen", "tiles", "margins"])
+    parser.add_argument("mode", choices=["screen", "tiles", "margins", "kernels"])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--ratios", default="0.25,0.5", help="screen: ratios to plan for")
@@ -257,7 +285,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out)
-    {"screen": screen, "tiles": tiles, "margins": margins}[args.mode](args, log.emit)
+    {"screen": screen, "tiles": tiles, "margins": margins, "kernels": kernels}[args.mode](args, log.emit)
 
 
 if __name__ == "__main__":
