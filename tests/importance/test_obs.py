@@ -103,7 +103,9 @@ def test_deferred_channel_updates_give_the_order_of_updating_at_every_step(per_s
     hinv = damped_inverse(x.T @ x, torch.float64)
     eager = compacting_order(weight, hinv.clone(), 1, per_step)
     assert sorted(eager) == list(range(60))
+    before = weight.clone()
     assert channel_order(weight, hinv.clone(), per_step, flush_every) == eager
+    assert torch.equal(weight, before)  # the model's weight is read, never updated in place
 
 
 @pytest.mark.parametrize("n", [7, 300])
