@@ -2,7 +2,7 @@
 
     python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
     python benchmarks/profilers.py tiles --threads 2
-    python benchmarks/profilers.py kernels --threads 2
+    python benchmarks/profilers.py kernels --threads 2 --data-dir ../shared/data
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0.1,0.2 --ladder
 
@@ -10,7 +10,8 @@
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `kernels`: one OBS pass over an 8,960-wide MLP (Qwen2.5-1.5B's)
-with H⁻¹ updated at every step or deferred, and a linear layer's GFLOP/s in float32 and bfloat16. `margins`: the auto profiler's rounds replayed offline on one exact
+with H⁻¹ updated at every step or deferred, and a linear layer's GFLOP/s in float32 and bfloat16; with
+`--data-dir`, also the CLI's screen in both precisions and a replay's cost by options per pass. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
 the floor: the share of the exact optimum's own entries); `--screen 2x64`
@@ -39,7 +40,10 @@ from gapprune.budget import Budget
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
 from gapprune.engine.capture import capture_layer_inputs
+from gapprune.engine.head import dense_reference
+from gapprune.engine.replay import replay_stacked
 from gapprune.evaluate.timing import median_seconds
+from gapprune.importance.obs import CHANNEL_BLOCKS, channel_order, compacting_order, damped_inverse, obs_order
 from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
 from gapprune.profiling.auto import auto_table
@@ -242,23 +246,26 @@ def tiles(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-de
                   "tile_vocab": elements // tile_rows, "seconds": round(seconds, 3), "threads": args.threads})
 
 
+def options(order: list[int], step: int) -> list[set[int]]:
+    """The channel sets an OBS order removes at each option (every `step` channels)."""
+    return [set(order[:k]) for k in range(step, len(order), step)]
+
+
 def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-def]
     """OBS's channel pass, compacting every step against deferred, and float32 against bfloat16 matmuls."""
-    from gapprune.importance.obs import channel_order, compacting_order, damped_inverse
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     width, tokens, out, per_step, step = 8960, 4096, 1536, 140, 280  # Qwen2.5-1.5B's MLP, CLI defaults
     x = torch.randn(tokens, width, generator=g) * torch.rand(width, generator=g)
     gram, weight = x.T @ x, torch.randn(out, width, generator=g)
-    reference = channel_order(weight, damped_inverse(gram, torch.float64), per_step)
-    options = lambda order: [set(order[:k]) for k in range(step, width, step)]
+    reference = options(channel_order(weight, damped_inverse(gram, torch.float64), per_step), step)
     for name, order_of in (("compacting", partial(compacting_order, width=1)), ("deferred", channel_order)):
         start = time.perf_counter()
         order = order_of(weight, damped_inverse(gram, torch.float32), per_step=per_step)
         emit({"kind": "obs_layer", "pass": name, "width": width, "tokens": tokens, "per_step": per_step,
               "seconds": round(time.perf_counter() - start, 2), "threads": args.threads,
-              "options_as_float64": sum(a == b for a, b in zip(options(order), options(reference), strict=True)),
-              "options": len(options(reference))})
+              "options_as_float64": sum(a == b for a, b in zip(options(order, step), reference, strict=True)),
+              "options": len(reference)})
     for rows, (n_out, n_in) in [(1024, (1536, 576)), (1024, (576, 1536)), (1024, (49_152, 576))]:  # SmolLM2's
         a, w = torch.randn(rows, n_in), torch.randn(n_out, n_in)
         for dtype in (torch.float32, torch.bfloat16):
@@ -266,6 +273,41 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
             emit({"kind": "matmul", "dtype": str(dtype).removeprefix("torch."), "rows": rows, "out": n_out,
                   "in": n_in, "gflops": round(2 * rows * n_out * n_in / seconds / 1e9, 1), "threads": args.threads,
                   "cpu_flags": sorted(set(Path("/proc/cpuinfo").read_text().split()) & {"avx512_bf16", "amx_bf16"})})
+    if args.data_dir is None:
+        return
+    model, tokenizer = load(args.model)
+    config = PruneConfig(ratio=0.25, data_dir=args.data_dir)
+    calibration = calibrate(model, tokenizer, config)
+    adapter, grams, step = calibration.adapter, calibration.gram, step_of(calibration.adapter, config)
+    assert grams is not None
+    agree = {"deferred": 0, "compacting": 0}  # the CLI's OBS options against a float64 pass, per MLP layer
+    for layer in range(adapter.n_layers):
+        key, weight = (layer, "mlp"), adapter.out_proj(layer, "mlp").weight
+        grams.ensure(layer, key)
+        per_step = max(1, weight.shape[1] // CHANNEL_BLOCKS)
+        reference = options(obs_order(weight, [grams.fit[key], grams.held_out[key]], 1, per_step, torch.float64), step)
+        ours = calibration.unit_scores.get(layer, "mlp").argsort().tolist()
+        old = compacting_order(weight, damped_inverse([grams.fit[key], grams.held_out[key]], torch.float32), 1, per_step)
+        agree["deferred"] += options(ours, step) == reference
+        agree["compacting"] += options(old, step) == reference
+    emit({"kind": "obs_float64", "model": args.model, "layers": adapter.n_layers, "layers_as_float64": agree,
+          "note": "MLP layers whose OBS option sets (every channel_step channels) equal a float64 pass's: the CLI's "
+          "scores (deferred, float32) and the pass updating H⁻¹ at every step in float32"})
+    for precision in ("float32", "bfloat16"):  # the CLI's screen, whole
+        start = time.perf_counter()
+        screen_table(calibration, replace(config, screen_precision=precision))
+        emit({"kind": "screen_precision", "model": args.model, "precision": precision, "threads": args.threads,
+              "seconds": round(time.perf_counter() - start, 1)})
+    inputs = calibration.profile_inputs.first(1)
+    reference = dense_reference(adapter, inputs, config.metric, torch.device("cpu"))
+    kept = [list(range(adapter.layer_shape(0).intermediate // 2))] * 32
+    for per_pass in (1, 4, 8, 16, 32):  # 32 MLP options from layer 0 on one window, so many to a pass
+        run = lambda per_pass=per_pass: [replay_stacked(adapter, inputs, 0, "mlp", kept[i : i + per_pass],
+                                                        reference, torch.device("cpu")) for i in range(0, 32, per_pass)]
+        with torch.inference_mode():
+            seconds = median_seconds(run, repeats=3)
+        emit({"kind": "replay_pass", "model": args.model, "options": 32, "per_pass": per_pass, "windows": 1,
+              "start_layer": 0, "threads": args.threads, "seconds": round(seconds, 2)})
 
 
 def main() -> None:

@@ -53,11 +53,13 @@ def _cpu_flags() -> frozenset[str]:
 
 
 def fast_bf16(device: torch.device) -> bool:
-    """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with
-    AVX-512-BF16 or AMX (on AVX2 alone bf16 is converted in software and slower than float32)."""
+    """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with AMX
+    tiles. AVX-512-BF16 alone is not enough: on such a Xeon torch's bf16 linear ran at 55-60% of
+    float32's speed and the bf16 screen took 81 s against 63 (`benchmarks/profilers.py kernels`,
+    records `matmul` and `screen_precision`); on AVX2 bf16 is converted in software, slower still."""
     if device.type == "cuda":  # native bf16 matrix units from Ampere (8.0) on; older GPUs emulate it, slowly
         return torch.cuda.get_device_capability(device) >= (8, 0)
-    return device.type == "cpu" and bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    return device.type == "cpu" and "amx_bf16" in _cpu_flags()
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

@@ -170,7 +170,7 @@ def screen_table(calibration: Calibration, config: PruneConfig, inputs: LayerInp
 
 
 def screen_precision_of(adapter: ModelAdapter, config: PruneConfig) -> str:
-    """The screen's precision; `auto` resolves to bf16 where it is fast (a GPU, AVX-512-BF16, AMX)."""
+    """The screen's precision; `auto` resolves to bf16 where it is fast (a GPU, a CPU with AMX)."""
     return resolve_precision(config.screen_precision, next(adapter.model.parameters()).device)
 
 
