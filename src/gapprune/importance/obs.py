@@ -155,8 +155,7 @@ def inverse_root(block: torch.Tensor) -> torch.Tensor:
     """M with MᵀM = block⁻¹ for a symmetric positive definite block: L⁻¹ of its Cholesky factor L.
 
     Late in a float32 greedy pass the block of the few channels left can lose definiteness to
-    rounding; its eigenvalues are then floored at a millionth of the largest, which the damping
-    of H already made the smallest a well-conditioned block can have."""
+    rounding; its eigenvalues are then floored at a millionth of the largest, so the step stays finite."""
     chol, info = torch.linalg.cholesky_ex(block)
     if int(info) == 0:
         eye = torch.eye(block.shape[0], dtype=block.dtype, device=block.device)
