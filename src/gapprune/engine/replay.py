@@ -54,7 +54,7 @@ def _cpu_flags() -> frozenset[str]:
 
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with AMX
-    tiles. AVX-512-BF16 alone is not enough: on such a Xeon torch's bf16 linear ran at 55-60% of
+    tiles. AVX-512-BF16 alone is not enough: on such a Xeon torch's bf16 linear ran at 52-74% of
     float32's speed and the bf16 screen took 81 s against 63 (`benchmarks/profilers.py kernels`,
     records `matmul` and `screen_precision`); on AVX2 bf16 is converted in software, slower still."""
     if device.type == "cuda":  # native bf16 matrix units from Ampere (8.0) on; older GPUs emulate it, slowly
