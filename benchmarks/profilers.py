@@ -11,7 +11,8 @@
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `kernels`: one OBS pass over an 8,960-wide MLP (Qwen2.5-1.5B's)
 with H⁻¹ updated at every step or deferred, and a linear layer's GFLOP/s in float32 and bfloat16; with
-`--data-dir`, also the CLI's screen in both precisions and a replay's cost by options per pass. `margins`: the auto profiler's rounds replayed offline on one exact
+`--data-dir`, also SmolLM2's OBS options against float64's, the CLI's screen in both precisions and a replay's
+cost by options per pass. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
 the floor: the share of the exact optimum's own entries); `--screen 2x64`
@@ -41,7 +42,7 @@ from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.head import dense_reference
-from gapprune.engine.replay import replay_stacked
+from gapprune.engine.replay import cpu_flags, replay_stacked
 from gapprune.evaluate.timing import median_seconds
 from gapprune.importance.obs import CHANNEL_BLOCKS, channel_order, compacting_order, damped_inverse, obs_order
 from gapprune.models import COMPONENTS
@@ -272,7 +273,7 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
             seconds = median_seconds(partial(torch.nn.functional.linear, a.to(dtype), w.to(dtype)), repeats=5)
             emit({"kind": "matmul", "dtype": str(dtype).removeprefix("torch."), "rows": rows, "out": n_out,
                   "in": n_in, "gflops": round(2 * rows * n_out * n_in / seconds / 1e9, 1), "threads": args.threads,
-                  "cpu_flags": sorted(set(Path("/proc/cpuinfo").read_text().split()) & {"avx512_bf16", "amx_bf16"})})
+                  "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})})
     if args.data_dir is None:
         return
     model, tokenizer = load(args.model)

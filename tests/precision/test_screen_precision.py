@@ -15,7 +15,7 @@ def test_auto_precision_is_bf16_only_where_the_processor_multiplies_it_fast(monk
     assert replay.resolve_precision("bfloat16", cpu) == "bfloat16"
     for flags, expected in [({"avx2", "avx512f"}, "float32"), ({"avx512f", "avx512_bf16"}, "float32"),
                             ({"amx_bf16"}, "bfloat16"), (set(), "float32")]:
-        monkeypatch.setattr(replay, "_cpu_flags", lambda flags=flags: frozenset(flags))
+        monkeypatch.setattr(replay, "cpu_flags", lambda flags=flags: frozenset(flags))
         assert replay.resolve_precision("auto", cpu) == expected
 
 

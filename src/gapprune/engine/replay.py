@@ -44,7 +44,7 @@ def tokens_per_batch(inputs: LayerInputs) -> int:
 
 
 @functools.cache
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:  # not Linux: no flags known, so no claim of fast bf16
@@ -59,7 +59,7 @@ def fast_bf16(device: torch.device) -> bool:
     records `matmul` and `screen_precision`); on AVX2 bf16 is converted in software, slower still."""
     if device.type == "cuda":  # native bf16 matrix units from Ampere (8.0) on; older GPUs emulate it, slowly
         return torch.cuda.get_device_capability(device) >= (8, 0)
-    return device.type == "cpu" and "amx_bf16" in _cpu_flags()
+    return device.type == "cpu" and "amx_bf16" in cpu_flags()
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
