@@ -10,7 +10,7 @@
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `kernels`: one OBS pass over an 8,960-wide MLP (Qwen2.5-1.5B's)
-with H⁻¹ updated at every step or deferred, and a linear layer's GFLOP/s in float32 and bfloat16; with
+with H⁻¹ updated at every step or deferred, its Gram whole or by the upper triangle, and a linear layer's GFLOP/s in float32 and bfloat16; with
 `--data-dir`, also SmolLM2's OBS options against float64's, the CLI's screen in both precisions and a replay's
 cost by options per pass. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
@@ -38,6 +38,7 @@ from common import ResultLog
 from gapprune.allocate import LayerSignals, LossTable
 from gapprune.api import load
 from gapprune.budget import Budget
+from gapprune.calibrate.gram import add_upper_, mirror_upper_, upper_blocks
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
 from gapprune.engine.capture import capture_layer_inputs
@@ -267,6 +268,22 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
               "seconds": round(time.perf_counter() - start, 2), "threads": args.threads,
               "options_as_float64": sum(a == b for a, b in zip(options(order, step), reference, strict=True)),
               "options": len(reference)})
+    whole = torch.zeros(width, width)
+    for name in ("whole", "upper"):  # the Gram of 4,096 tokens in batches of 1,024, as the calibration pass takes it
+        target = torch.zeros(width, width)
+        start = time.perf_counter()
+        for batch in x.split(1024):
+            if name == "upper":
+                add_upper_(target, batch)
+            else:
+                target += batch.T @ batch
+        if name == "upper":
+            mirror_upper_(target)
+        else:
+            whole.copy_(target)
+        emit({"kind": "gram_upper", "product": name, "width": width, "tokens": tokens, "batch": 1024,
+              "blocks": len(upper_blocks(width)) if name == "upper" else 1, "threads": args.threads,
+              "seconds": round(time.perf_counter() - start, 2), "equal_to_whole": bool(torch.equal(target, whole))})
     for rows, (n_out, n_in) in [(1024, (1536, 576)), (1024, (576, 1536)), (1024, (49_152, 576))]:  # SmolLM2's
         a, w = torch.randn(rows, n_in), torch.randn(n_out, n_in)
         for dtype in (torch.float32, torch.bfloat16):

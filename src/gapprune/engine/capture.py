@@ -1,13 +1,15 @@
 """One dense pass over the calibration set that caches every decoder layer's input.
 
-A forward pre-hook with kwargs on each layer records `(hidden_states, kwargs)` exactly as the model
-passes them (position embeddings, masks, cache positions, whatever a transformers release adds), so
-later stages can replay layers l...L without re-running layers 0...l-1. No Catcher that raises.
+The decoder's own forward hands each layer its keyword arguments (position embeddings, masks, cache
+positions, whatever a transformers release adds); they are recorded exactly as passed, so later
+stages can replay layers l...L without re-running layers 0...l-1. No Catcher that raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +130,41 @@ def batches(input_ids: torch.Tensor, batch_size: int) -> Iterator[torch.Tensor]:
         yield input_ids[start : start + batch_size]
 
 
+AroundLayer = Callable[[int, "LayerInputs"], AbstractContextManager[None]]
+
+
+class _KwargsOnly(nn.Module):
+    """Stands in for a decoder layer while the decoder's own forward builds each layer's keyword
+    arguments (masks, position embeddings: per layer type on Gemma 3): records them, computes nothing.
+    Attributes the decoder reads from its layers (`attention_type`) come from the real one."""
+
+    def __init__(self, layer: nn.Module, record: Callable[[tuple[Any, ...], dict[str, Any]], None]) -> None:
+        super().__init__()
+        self.__dict__["_real"], self.__dict__["_record"] = layer, record
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_real"], name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.__dict__["_record"](args, kwargs)
+        return args[0] if args else kwargs["hidden_states"]
+
+
+@contextlib.contextmanager
+def _layers_replaced(model: nn.Module, layers: nn.ModuleList, stand_ins: nn.ModuleList) -> Iterator[None]:
+    """`layers` (the decoder's layer list) swapped for `stand_ins` where the model holds it."""
+    parent, name = next((module, child_name) for module in model.modules()
+                        for child_name, child in module.named_children() if child is layers)
+    setattr(parent, name, stand_ins)
+    try:
+        yield
+    finally:
+        setattr(parent, name, layers)
+
+
 @torch.inference_mode()
 def capture_layer_inputs(
     adapter: ModelAdapter,
@@ -135,48 +172,61 @@ def capture_layer_inputs(
     *,
     batch_size: int = 8,
     extra_hooks: Callable[[], list[torch.utils.hooks.RemovableHandle]] | None = None,
+    around_layer: AroundLayer | None = None,
     progress: bool = True,
 ) -> LayerInputs:
     """Run the dense model once over `input_ids` (n, T) and cache every layer's inputs.
+
+    Layer-major: the decoder's own forward runs once per batch with its layers stood in for
+    (`_KwargsOnly`), which gives layer 0's input and every layer's keyword arguments exactly as the
+    model passes them; then layer l runs over every batch before layer l + 1. The numbers are those
+    of the ordinary forward (the same layer on the same inputs), and a layer is visited once: a
+    streamed model reads it once, and `around_layer(l, inputs)` is entered while layer l runs over
+    the whole calibration set (its inputs complete in `inputs.hidden[l]`) and left when its outputs
+    are — what the Gram matrices and the unit scores of that layer need, without replaying it.
 
     The cache keeps the activations' own dtype: a bf16 model computes them in bf16, so float32
     would hold the same numbers in twice the bytes (0.7 GB instead of 0.35 GB for Qwen2.5-1.5B's
     32 windows). Replays cast to the weights' dtype, statistics to float32.
 
-    `extra_hooks` installs further hooks (statistics) for the same pass; they are removed after.
+    `extra_hooks` installs further hooks (statistics) for the same pass, on modules inside the
+    decoder layers; they are removed after.
     """
     model = adapter.model
     device = next(model.parameters()).device
-    n_layers = adapter.n_layers
-    hidden: list[list[torch.Tensor]] = [[] for _ in range(n_layers)]
-    kwargs_cache: list[list[dict[str, Any]]] = [[] for _ in range(n_layers)]
-    final_hidden: list[torch.Tensor] = []
+    layers = adapter.layers
+    n_layers = len(layers)
+    inputs = LayerInputs(hidden=[[] for _ in range(n_layers)], kwargs=[[] for _ in range(n_layers)],
+                         final_hidden=[], input_ids=[])
 
-    def layer_hook(index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            states = args[0] if args else kwargs["hidden_states"]
-            hidden[index].append(states.detach().cpu())
+    def recorder(index: int) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:
+        def record(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            if index == 0:
+                inputs.hidden[0].append((args[0] if args else kwargs["hidden_states"]).detach().cpu())
             kept = {k: v for k, v in kwargs.items() if k not in _DROPPED_KWARGS and k != "hidden_states"}
-            kwargs_cache[index].append(move_kwargs(kept, "cpu"))
+            inputs.kwargs[index].append(move_kwargs(kept, "cpu"))
 
-        return hook
+        return record
 
-    def final_hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-        final_hidden.append(args[0].detach().cpu())
-
-    handles = [layer.register_forward_pre_hook(layer_hook(i), with_kwargs=True) for i, layer in enumerate(adapter.layers)]
-    handles.append(adapter.final_norm().register_forward_pre_hook(final_hook))
-    if extra_hooks is not None:
-        handles.extend(extra_hooks())
-    chunks: list[torch.Tensor] = []
-    try:
-        for batch in tqdm(list(batches(input_ids, batch_size)), desc="capture", disable=not progress):
+    stand_ins = nn.ModuleList([_KwargsOnly(layers._modules[str(i)], recorder(i)) for i in range(n_layers)])
+    with _layers_replaced(model, layers, stand_ins):
+        for batch in batches(input_ids, batch_size):
             model.get_decoder()(input_ids=batch.to(device), use_cache=False)
-            chunks.append(batch.cpu())
+            inputs.input_ids.append(batch.cpu())
+    handles = extra_hooks() if extra_hooks is not None else []
+    try:
+        for index in tqdm(range(n_layers), desc="capture", unit="layer", disable=not progress):
+            layer = layers[index]  # a streamed model loads the layer here, once
+            param = next(layer.parameters())
+            outputs = inputs.hidden[index + 1] if index + 1 < n_layers else inputs.final_hidden
+            with around_layer(index, inputs) if around_layer is not None else contextlib.nullcontext():
+                for hidden, kwargs in zip(inputs.hidden[index], inputs.kwargs[index], strict=True):
+                    out = run_layer(layer, hidden.to(param.device), move_kwargs(kwargs, param.device))
+                    outputs.append(out.detach().cpu())
     finally:
         for handle in handles:
             handle.remove()
-    return LayerInputs(hidden=hidden, kwargs=kwargs_cache, final_hidden=final_hidden, input_ids=chunks)
+    return inputs
 
 
 def run_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:

@@ -80,21 +80,26 @@ def per_head(values: torch.Tensor, head_dim: int) -> torch.Tensor:
     return values.view(-1, head_dim).sum(1)
 
 
-def score_units(context: ScoringContext, criterion: str) -> UnitScores:
-    """Score every unit of every component with the named criterion."""
+def score_layer(context: ScoringContext, criterion: str, layer: int) -> dict[str, torch.Tensor]:
+    """Every unit of `layer` scored with the named criterion, checked: one finite score per unit."""
     fn = CRITERIA.get(criterion)
+    per = {c: fn(context, layer, c).double().cpu() for c in COMPONENTS}
+    shape = context.adapter.layer_shape(layer)
+    expected = {"attn": shape.n_heads, "mlp": shape.intermediate}
+    for component, values in per.items():
+        if values.shape != (expected[component],) or not torch.isfinite(values).all():
+            raise RuntimeError(f"criterion {criterion!r} gave bad scores for layer {layer} {component}")
+    return per
+
+
+def score_units(context: ScoringContext, criterion: str) -> UnitScores:
+    """Score every unit of every component with the named criterion (the calibration pass can also
+    score each layer as it goes: `profiling/calibration.py`)."""
     adapter = context.adapter
     # obs on a billion-parameter model takes minutes (an OBS pass per 8,960-wide MLP): show the layers go by
     layers = layer_progress(range(adapter.n_layers), adapter.n_layers, adapter.layer_shape(0).intermediate,
                             f"importance ({criterion})")
-    scores = [{c: fn(context, layer, c).double().cpu() for c in COMPONENTS} for layer in layers]
-    for layer, per in enumerate(scores):
-        shape = adapter.layer_shape(layer)
-        expected = {"attn": shape.n_heads, "mlp": shape.intermediate}
-        for component, values in per.items():
-            if values.shape != (expected[component],) or not torch.isfinite(values).all():
-                raise RuntimeError(f"criterion {criterion!r} gave bad scores for layer {layer} {component}")
-    return UnitScores(criterion=criterion, scores=scores)
+    return UnitScores(criterion=criterion, scores=[score_layer(context, criterion, layer) for layer in layers])
 
 
-__all__ = ["COMPONENTS", "CRITERIA", "ScoringContext", "UnitScores", "column_energy", "per_head", "score_units"]
+__all__ = ["COMPONENTS", "CRITERIA", "ScoringContext", "UnitScores", "column_energy", "per_head", "score_layer", "score_units"]

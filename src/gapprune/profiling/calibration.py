@@ -7,7 +7,10 @@ signals, the loss table) is numbers and saves to JSON (`profiling/profile.py`).
 from __future__ import annotations
 
 import json
+import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +31,9 @@ from gapprune.data import (
     tokenize_text,
 )
 from gapprune.engine.capture import LayerInputs, capture_layer_inputs
-from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_units
+from gapprune.importance import ScoringContext, UnitScores, accumulate_gradients, score_layer
 from gapprune.models import ModelAdapter, get_adapter
-from gapprune.phases import timed
+from gapprune.phases import PEAK_RSS_AFTER, timed
 from gapprune.profiling.checkpoint import run_key
 
 
@@ -155,15 +158,39 @@ def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig,
     timings = dict(timings or {})
     stats = CalibrationStats()
     wants_gram = config.compensate != "none" or (score and config.criterion == "obs") or config.compensation_aware
-    with timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats))
-    # Grams one layer at a time, replayed from the cached inputs when read: memory does not grow with depth
-    grams = LayerGrams(adapter, inputs) if (wants_gram if gram is None else gram) else None
-    if scores is None and score:
+    # Grams one layer at a time, taken while that layer runs: memory does not grow with depth
+    grams = LayerGrams(adapter) if (wants_gram if gram is None else gram) else None
+    scoring = scores is None and score
+    grads: dict[int, torch.Tensor] = {}
+    if scoring and config.criterion == "taylor":
         with timed(timings, "importance"):
-            grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size) if config.criterion == "taylor" else {}
-            scores = score_units(ScoringContext(adapter, stats, grads, grams), config.criterion)
-    if grams is not None:  # the last scored layer's Grams (1.3 GB on a 14,336-wide MLP) are not needed while profiling
-        grams.release()
+            grads = accumulate_gradients(adapter, ids, batch_size=config.batch_size)
+    context = ScoringContext(adapter, stats, grads, grams)
+    layer_scores: list[dict[str, torch.Tensor]] = []
+    scoring_s = 0.0
+
+    @contextmanager
+    def around_layer(layer: int, inputs: LayerInputs) -> Iterator[None]:
+        """Layer `layer` runs over the calibration set inside: its Grams and statistics are then
+        complete, so its units are scored at once, with no replay of the layer (`engine/capture.py`)."""
+        nonlocal scoring_s
+        with grams.accumulating(layer, inputs.hidden[layer]) if grams is not None else nullcontext():
+            yield
+        if scoring:
+            start = time.perf_counter()
+            layer_scores.append(score_layer(context, config.criterion, layer))
+            scoring_s += time.perf_counter() - start
+
+    with timed(timings, "capture"):
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats),
+                                      around_layer=around_layer)
+    if grams is not None:
+        grams.inputs = inputs  # later readers (compensation) replay layers from the cached inputs
+        grams.release()  # the last layer's Grams (1.3 GB on a 14,336-wide MLP) are not needed while profiling
+    if scoring:  # scored inside the capture pass: its time moves from capture to importance
+        timings["capture"] = round(timings["capture"] - scoring_s, 3)
+        timings["importance"] = round(timings.get("importance", 0.0) + scoring_s, 3)
+        PEAK_RSS_AFTER["importance"] = PEAK_RSS_AFTER["capture"]  # one pass: the same peak
+        scores = UnitScores(criterion=config.criterion, scores=layer_scores)
     profile_inputs = inputs.first(config.profile_samples)
     return Calibration(adapter, ids, inputs, stats, scores, profile_inputs, grams, timings)
