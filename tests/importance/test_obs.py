@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gapprune.calibrate import gram as gram_module
 from gapprune.importance import ScoringContext, score_units
 from gapprune.importance.obs import (
     DAMP,
@@ -95,8 +96,11 @@ def test_every_greedy_step_removes_the_unit_of_least_refit_error_given_those_gon
         assert order[step] == best
 
 
-@pytest.mark.parametrize(("per_step", "flush_every"), [(1, 1), (3, 2), (4, 8), (5, 100)])
-def test_deferred_channel_updates_give_the_order_of_updating_at_every_step(per_step, flush_every):
+@pytest.mark.parametrize(("per_step", "flush_every", "upper_block"), [(1, 1, 1024), (3, 2, 1024), (4, 8, 1024),
+                                                                    (5, 100, 1024), (3, 2, 8), (4, 3, 16)])
+def test_deferred_channel_updates_give_the_order_of_updating_at_every_step(per_step, flush_every, upper_block,
+                                                                           monkeypatch):
+    monkeypatch.setattr(gram_module, "UPPER_BLOCK", upper_block)  # 8, 16: the flushes update upper blocks, mirrored
     g = torch.Generator().manual_seed(11)
     weight = torch.randn(12, 60, generator=g, dtype=torch.float64)
     x = torch.randn(200, 60, generator=g, dtype=torch.float64) @ torch.randn(60, 60, generator=g, dtype=torch.float64)

@@ -24,7 +24,7 @@ from typing import cast
 
 import torch
 
-from gapprune.calibrate.gram import TokenGram
+from gapprune.calibrate.gram import TokenGram, mirror_upper_, upper_blocks
 from gapprune.importance.base import CRITERIA, ScoringContext
 
 # a Gram matrix, its parts (borrowed), or a function that hands its parts over (see damped_inverse)
@@ -172,7 +172,8 @@ def channel_order(weight: torch.Tensor, hinv: torch.Tensor, per_step: int, flush
     W − (W_S Mᵀ) V. A step needs only the diagonal (kept up to date: minus the column norms of V) and
     the rows S, which it reads from the last updated H⁻¹ minus the pending V's. So H⁻¹ is written and
     compacted once per `flush_every` steps, in one update of rank `flush_every` · |S|: on an 8,960-wide
-    MLP the eager loop's 64 compactions and rank-140 updates were most of a layer's OBS time."""
+    MLP the eager loop's 64 compactions and rank-140 updates were most of a layer's OBS time. The update
+    is symmetric, so only its upper blocks are computed (`calibrate/gram.py`, `upper_blocks`)."""
     device = hinv.device
     w = weight.detach().to(device, hinv.dtype).clone()  # (out, columns of hinv), removed ones kept until a flush
     ids = torch.arange(hinv.shape[0])  # original channel of each column of hinv
@@ -200,7 +201,10 @@ def channel_order(weight: torch.Tensor, hinv: torch.Tensor, per_step: int, flush
         if remaining and len(pending) == flush_every:
             kept = alive.nonzero().flatten()
             v_all = torch.cat(pending)[:, kept]
-            hinv = compact_(hinv, alive).addmm_(v_all.T, v_all, alpha=-1)
+            hinv = compact_(hinv, alive)
+            for a, b in upper_blocks(len(kept)):  # H⁻¹ stays symmetric: update the upper blocks, mirror them
+                hinv[a:b, a:].addmm_(v_all[:, a:b].T, v_all[:, a:], alpha=-1)
+            mirror_upper_(hinv)
             w, diag, ids = w[:, kept], hinv.diagonal().clone(), ids[kept.cpu()]
             alive = torch.ones(len(kept), dtype=torch.bool, device=device)
             pending = []
