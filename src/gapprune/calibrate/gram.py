@@ -6,10 +6,11 @@ so they live below both. An MLP Gram is intermediate² floats: for every layer a
 therefore holds one layer's Grams: they are taken while the calibration pass runs layer l over the
 whole calibration set (it is layer-major, `engine/capture.py`), and the unit scores are read from
 them there; asked later for layer l (compensation), it replays the dense layer l from the cached
-layer inputs (same batches, same order, so the same sums) and drops the previous layer's. Readers call `ensure(layer)` before they read a layer's entries. A
-reader that is the matrices' last use (OBS scoring) takes them with `handover(key)` and sums the
-halves in place instead of copying them: on a 1.5B model that is two 321 MB buffers fewer at the
-peak of scoring, and a later reader of the key gets the layer replayed.
+layer inputs (same batches, same order, so the same sums) and drops the previous layer's. Readers
+call `ensure(layer)` before they read a layer's entries. A reader that is the matrices' last use
+(OBS scoring) takes them with `handover(key)` and sums the halves in place instead of copying them:
+on a 1.5B model that is two 321 MB buffers fewer at the peak of scoring, and a later reader of the
+key gets the layer replayed.
 
 When a half sees few tokens against the projection's width (t ≤ n / 16, `TOKEN_ROWS_FACTOR`: a
 wide MLP with little calibration data), the Gram is held as its
