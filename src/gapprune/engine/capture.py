@@ -18,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from gapprune.models.adapter import ModelAdapter
+from gapprune.models.streaming.streamer import hooks_without_loading
 
 _DROPPED_KWARGS = ("past_key_values", "past_key_value", "cache", "use_cache", "output_attentions")
 
@@ -190,7 +191,8 @@ def capture_layer_inputs(
     32 windows). Replays cast to the weights' dtype, statistics to float32.
 
     `extra_hooks` installs further hooks (statistics) for the same pass, on modules inside the
-    decoder layers; they are removed after.
+    decoder layers (reading their shapes, not their weights: a streamed model's layers are not loaded
+    for it); they are removed after.
     """
     model = adapter.model
     device = next(model.parameters()).device
@@ -213,7 +215,8 @@ def capture_layer_inputs(
         for batch in batches(input_ids, batch_size):
             model.get_decoder()(input_ids=batch.to(device), use_cache=False)
             inputs.input_ids.append(batch.cpu())
-    handles = extra_hooks() if extra_hooks is not None else []
+    with hooks_without_loading(model):  # a streamed model reads each layer once, in the loop below
+        handles = extra_hooks() if extra_hooks is not None else []
     try:
         for index in tqdm(range(n_layers), desc="capture", unit="layer", disable=not progress):
             layer = layers[index]  # a streamed model loads the layer here, once

@@ -6,6 +6,8 @@ import ctypes
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,9 @@ class StreamedLayers(nn.ModuleList):
         if isinstance(index, slice):  # the decoder's own forward slices: loading happens in the pre-hooks
             return nn.ModuleList(list(self._modules.values())[index])
         layer = super().__getitem__(index)
-        self.__dict__["streamer"].load(index % len(self))
+        streamer = self.__dict__["streamer"]
+        if not streamer.paused:
+            streamer.load(index % len(self))
         return layer
 
 
@@ -43,6 +47,7 @@ class LayerStreamer:
         self.sources = [{name.removeprefix(p): s for name, s in sources.items() if name.startswith(p)} for p in prefixes]
         self.resident: dict[int, dict[str, int]] = {}  # layer -> tensor ids as loaded (to notice changes)
         self.loads = 0
+        self.paused = False  # indexing a layer does not load it (see `hooks_without_loading`)
 
     def _modules(self, index: int) -> dict[str, nn.Module]:
         return dict(self.layers._modules[str(index)].named_modules())
@@ -89,6 +94,22 @@ def streamer_of(model: nn.Module) -> LayerStreamer | None:
 
 def is_streamed(model: nn.Module) -> bool:
     return streamer_of(model) is not None
+
+
+@contextmanager
+def hooks_without_loading(model: nn.Module) -> Iterator[None]:
+    """Inside, indexing a streamed model's layers does not read them from disk: for installing hooks
+    on every layer's modules (which reads their shapes, not their weights) without reading every
+    layer once more before the pass that will read each in turn. Nothing for an in-memory model."""
+    streamer = streamer_of(model)
+    if streamer is None:
+        yield
+        return
+    streamer.paused = True
+    try:
+        yield
+    finally:
+        streamer.paused = False
 
 
 def _give_freed_memory_back() -> None:
