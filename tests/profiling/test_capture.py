@@ -99,3 +99,12 @@ def test_grams_taken_in_the_capture_pass_equal_a_replays(monkeypatch):
     assert grams.replays == 2
     with pytest.raises(ValueError, match="layer inputs"):
         LayerGrams(adapter).ensure(0)
+
+
+def test_an_adapter_whose_layers_are_not_the_models_own_is_named(monkeypatch):
+    model = FAMILIES["llama"]()
+    adapter = get_adapter(model)
+    copy = torch.nn.ModuleList(list(model.model.layers))
+    monkeypatch.setattr(type(adapter), "layers", property(lambda self: copy))
+    with pytest.raises(RuntimeError, match="decoder layers as a submodule"):
+        capture_layer_inputs(adapter, IDS, batch_size=2, progress=False)

@@ -157,8 +157,12 @@ class _KwargsOnly(nn.Module):
 @contextlib.contextmanager
 def _layers_replaced(model: nn.Module, layers: nn.ModuleList, stand_ins: nn.ModuleList) -> Iterator[None]:
     """`layers` (the decoder's layer list) swapped for `stand_ins` where the model holds it."""
-    parent, name = next((module, child_name) for module in model.modules()
-                        for child_name, child in module.named_children() if child is layers)
+    found = next(((module, child_name) for module in model.modules()
+                  for child_name, child in module.named_children() if child is layers), None)
+    if found is None:
+        raise RuntimeError(f"{type(model).__name__} does not hold the adapter's decoder layers as a submodule; "
+                           "its adapter's `layers` must return the model's own layer list")
+    parent, name = found
     setattr(parent, name, stand_ins)
     try:
         yield
