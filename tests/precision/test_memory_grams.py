@@ -1,9 +1,10 @@
 """Memory that does not grow with depth: one layer's Gram matrices alive at a time, same numbers.
 
 The Grams used to be accumulated for every layer during the calibration pass (28 × 8,960² × 4 B × 2
-on Qwen2.5-1.5B, more than its weights). `LayerGrams` replays one dense layer from the cached inputs
-when asked; these tests check it holds one layer, replays each layer once per pass, and gives the
-same matrices, scores and pruned weights as the eager hooks (an independent path).
+on Qwen2.5-1.5B, more than its weights). `LayerGrams` takes one layer's Grams while the calibration pass
+runs it, and replays one dense layer from the cached inputs when asked later; these tests check it holds
+one layer, that scoring replays none, and that it gives the same matrices, scores and pruned weights as
+the eager hooks (an independent path).
 """
 
 from __future__ import annotations
