@@ -110,3 +110,21 @@ def test_offload_auto_counts_the_runs_working_set_not_only_the_weights(tiny_mode
     monkeypatch.setattr(policy, "available_bytes", lambda: 2 * small + 2)  # room for the weights and a short run
     assert not should_stream(folder, "auto", tokens=16)
     assert should_stream(folder, "auto", tokens=4096)  # the same weights, but 4,096 cached tokens do not fit
+
+
+def test_the_pass_takes_grams_only_for_a_criterion_that_reads_them(monkeypatch):
+    taken: list[int] = []
+    accumulating = LayerGrams.accumulating
+
+    def watched(self, layer, batches):  # type: ignore[no-untyped-def]
+        taken.append(layer)
+        return accumulating(self, layer, batches)
+
+    monkeypatch.setattr(LayerGrams, "accumulating", watched)
+    run = tiny_run(tiny_qwen2(), IDS, criterion="activation", compensate="lsq")
+    assert taken == []  # compensation's Grams come later, replayed when read
+    run.calibration.gram.ensure(1)
+    assert taken == [1] and run.calibration.gram.replays == 1
+    taken.clear()
+    tiny_run(tiny_qwen2(), IDS, criterion="obs", compensate="lsq")
+    assert taken == [0, 1, 2, 3]

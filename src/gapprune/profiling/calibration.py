@@ -168,13 +168,15 @@ def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig,
     context = ScoringContext(adapter, stats, grads, grams)
     layer_scores: list[dict[str, torch.Tensor]] = []
     scoring_s = 0.0
+    # taken in the pass only for a criterion that reads them now; compensation's come later, replayed
+    grams_now = grams if scoring and config.criterion == "obs" else None
 
     @contextmanager
     def around_layer(layer: int, inputs: LayerInputs) -> Iterator[None]:
         """Layer `layer` runs over the calibration set inside: its Grams and statistics are then
         complete, so its units are scored at once, with no replay of the layer (`engine/capture.py`)."""
         nonlocal scoring_s
-        with grams.accumulating(layer, inputs.hidden[layer]) if grams is not None else nullcontext():
+        with grams_now.accumulating(layer, inputs.hidden[layer]) if grams_now is not None else nullcontext():
             yield
         if scoring:
             start = time.perf_counter()
