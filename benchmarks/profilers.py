@@ -10,8 +10,8 @@
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
 exact table. `tiles`: a replay's logsumexp (`engine.head.logsumexp_logits`) at several tile shapes,
 for SmolLM2's and Qwen2.5-1.5B's heads. `kernels`: one OBS pass over an 8,960-wide MLP (Qwen2.5-1.5B's)
-with H⁻¹ updated at every step or deferred, its Gram whole or by the upper triangle, and a linear layer's GFLOP/s in float32 and bfloat16; with
-`--data-dir`, also SmolLM2's OBS options against float64's, the CLI's screen in both precisions and a replay's
+with H⁻¹ updated at every step or deferred, its Gram whole or by the upper triangle, and a linear
+layer's GFLOP/s in float32 and bfloat16; with `--data-dir`, also SmolLM2's OBS options against float64's, the CLI's screen in both precisions and a replay's
 cost by options per pass. `margins`: the auto profiler's rounds replayed offline on one exact
 table and one screen (each measured once, kept in `--tables`), per ratio and margin: the entries it
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio

@@ -157,10 +157,11 @@ def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig,
     adapter = get_adapter(model)
     timings = dict(timings or {})
     stats = CalibrationStats()
-    wants_gram = config.compensate != "none" or (score and config.criterion == "obs") or config.compensation_aware
+    scoring = scores is None and score
+    scores_from_grams = scoring and config.criterion == "obs"  # the criterion that reads the Grams
+    wants_gram = config.compensate != "none" or scores_from_grams or config.compensation_aware
     # Grams one layer at a time, taken while that layer runs: memory does not grow with depth
     grams = LayerGrams(adapter) if (wants_gram if gram is None else gram) else None
-    scoring = scores is None and score
     grads: dict[int, torch.Tensor] = {}
     if scoring and config.criterion == "taylor":
         with timed(timings, "importance"):
@@ -168,8 +169,8 @@ def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig,
     context = ScoringContext(adapter, stats, grads, grams)
     layer_scores: list[dict[str, torch.Tensor]] = []
     scoring_s = 0.0
-    # taken in the pass only for a criterion that reads them now; compensation's come later, replayed
-    grams_now = grams if scoring and config.criterion == "obs" else None
+    # taken in the pass only for scoring; compensation's come later, replayed
+    grams_now = grams if scores_from_grams else None
 
     @contextmanager
     def around_layer(layer: int, inputs: LayerInputs) -> Iterator[None]:
