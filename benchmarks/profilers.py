@@ -1,6 +1,7 @@
 """The auto profiler against the exact table at the CLI's defaults, and the LM head's logsumexp tiles.
 
     python benchmarks/profilers.py screen --data-dir ../shared/data --ratios 0.25,0.5 --variants float32:1,bfloat16:1
+    python benchmarks/profilers.py screen --data-dir ../shared/data --variants bfloat16:1 --exact runs/exact.json
     python benchmarks/profilers.py tiles --threads 2
     python benchmarks/profilers.py kernels --threads 2 --data-dir ../shared/data
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
@@ -63,10 +64,15 @@ def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
     model, tokenizer = load(args.model)
     config = PruneConfig(ratio=0.25, data_dir=args.data_dir)
     calibration = calibrate(model, tokenizer, config)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as folder:
-        exact = measure_table(calibration, replace(config, profiler="exact"), Path(folder))
-    exact_s = round(time.perf_counter() - start, 1)
+    def timed_exact() -> LossTable:
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as folder:
+            table = measure_table(calibration, replace(config, profiler="exact"), Path(folder))
+        table.meta["wall_s"] = round(time.perf_counter() - start, 1)
+        return table
+
+    exact = kept_table(Path(args.exact), timed_exact) if args.exact else timed_exact()
+    exact_s = exact.meta["wall_s"]
     total = sum(p.numel() for p in model.parameters())
 
     def summed(choice: dict[str, list[int]]) -> float:
@@ -335,6 +341,8 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--ratios", default="0.25,0.5", help="screen: ratios to plan for")
     parser.add_argument("--variants", default="float32:1", help="screen: screen precision:stride, comma-separated")
+    parser.add_argument("--exact", default=None, help="screen: keep the timed exact table in this file and reuse it "
+                        "(its time is the day's measurement; rerun without it on another day or machine)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--tables", default="runs/margins", help="margins: where the exact table and the screen are kept")
     parser.add_argument("--margins", default="0,0.05,0.1", help="margins: auto margins to replay")

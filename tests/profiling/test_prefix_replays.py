@@ -9,7 +9,7 @@ import torch
 
 from gapprune.pipeline import plan_for
 from gapprune.profiling import tables
-from gapprune.profiling.prefix_replays import PrefixReplays, screened_values
+from gapprune.profiling.prefix_replays import Known, PrefixReplays, screened_values
 from tests.helpers import tiny_config
 
 
@@ -25,9 +25,9 @@ def test_windows_cut_across_batches_in_order(auto_exact_run):
                                                           torch.cat(inputs.final_hidden)[:3])
 
 
-@pytest.mark.parametrize("screen_stride", [1, 2])
-def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exact_run, auto_ids, screen_stride, tmp_path,
-                                                                          monkeypatch):
+@pytest.mark.parametrize(("screen_stride", "precision"), [(1, "float32"), (2, "float32"), (1, "bfloat16")])
+def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exact_run, auto_ids, screen_stride, precision,
+                                                                          tmp_path, monkeypatch):
     replayed: dict[tuple[int, str, int], int] = {}  # windows replayed per entry, over all rounds
     real = tables.measure_entries
 
@@ -39,7 +39,8 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
         return real(adapter, inputs, entries, *args, **kwargs)
 
     monkeypatch.setattr(tables, "measure_entries", spy)
-    config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride)
+    config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride,
+                         screen_precision=precision)
     auto = plan_for(config, auto_exact_run.calibration, checkpoint_dir=tmp_path)[1].table
     screened = {key for key in screened_values(tables.screen_table(auto_exact_run.calibration, config),
                                                auto_exact_run.calibration.adapter, auto_exact_run.calibration.profile_inputs)}
@@ -48,7 +49,8 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
     exact = {(int(layer), c, int(k)) for c in ("attn", "mlp")
              for layer, k in zip(*np.nonzero(auto.exact[c] & (auto.removed[c] > 0)), strict=True)}
     measured = exact & set(replayed)
-    assert measured and all(replayed[key] == 8 - (key in screened) for key in measured)
+    # a float32 screen's window counts for the exact value; a bf16 one's is replayed again in float32
+    assert measured and all(replayed[key] == 8 - (key in screened and precision == "float32") for key in measured)
     assert any(key not in exact and replayed[key] < 8 for key in replayed)  # stopped on a rung: part of a replay
     assert (screen_stride > 1) == any(key not in screened for key in measured)
     for c in ("attn", "mlp"):
@@ -56,15 +58,19 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
         np.testing.assert_allclose(auto.loss[c][on], auto_exact_run.table.loss[c][on], rtol=1e-5, atol=1e-8)
 
 
-def test_only_a_float32_screen_of_the_profiling_prefix_counts(auto_exact_run, auto_ids):
+def test_a_screen_of_the_profiling_prefix_counts_and_a_bf16_one_as_rough(auto_exact_run, auto_ids):
     calibration = auto_exact_run.calibration
     adapter, inputs = calibration.adapter, calibration.profile_inputs
     screen = tables.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto"))
     assert screen.meta["screen_windows"] == 1
     known = screened_values(screen, adapter, inputs)
-    assert known[0, "attn", 1] == (1, pytest.approx(float(screen.loss["attn"][0, 1])))
+    assert known[0, "attn", 1] == Known(1, pytest.approx(float(screen.loss["attn"][0, 1])))
     assert all(k for _, _, k in known)  # option 0 is never replayed
-    for change in ({"precision": "bfloat16"}, {"screen_windows": None}, {"screen_windows": 8}, {"tokens": 1}):
+    rough = screen.copy()
+    rough.meta = {**screen.meta, "precision": "bfloat16"}
+    assert screened_values(rough, adapter, inputs)[0, "attn", 1] == Known(1, known[0, "attn", 1].value, 1,
+                                                                          known[0, "attn", 1].value)
+    for change in ({"screen_windows": None}, {"screen_windows": 8}, {"tokens": 1}):
         other = screen.copy()
         other.meta = {**screen.meta, **change}
         assert screened_values(other, adapter, inputs) == {}, change
@@ -73,7 +79,7 @@ def test_only_a_float32_screen_of_the_profiling_prefix_counts(auto_exact_run, au
 def test_measure_replays_only_the_missing_windows_and_weighs_by_positions(auto_exact_run):
     calibration = auto_exact_run.calibration
     inputs = calibration.profile_inputs
-    prefixes = PrefixReplays(calibration.adapter, inputs, "kl", torch.device("cpu"), {(0, "mlp", 1): (2, 0.5)})
+    prefixes = PrefixReplays(calibration.adapter, inputs, "kl", torch.device("cpu"), {(0, "mlp", 1): Known(2, 0.5)})
     asked: list[tuple[int, int]] = []
 
     def replay(part, todo, reference, base):  # type: ignore[no-untyped-def]
@@ -85,3 +91,34 @@ def test_measure_replays_only_the_missing_windows_and_weighs_by_positions(auto_e
     assert out[0]["mlp"] == {0: 0.0, 1: pytest.approx((2 * 0.5 + 6 * 0.1) / 8), 2: pytest.approx(0.1)}
     prefixes.learn(out, 8)
     assert prefixes.measure({0: {"mlp": [1]}}, 4, replay)[0]["mlp"][1] == out[0]["mlp"][1]  # measured on more: kept
+
+
+def test_an_exact_value_replaces_the_rough_windows_share_with_their_float32_replay(auto_exact_run):
+    calibration = auto_exact_run.calibration
+    inputs = calibration.profile_inputs
+    rough = Known(1, 0.4, rough=1, rough_value=0.4)  # a bf16 screen's window
+    prefixes = PrefixReplays(calibration.adapter, inputs, "kl", torch.device("cpu"),
+                             {(0, "mlp", 1): rough, (0, "mlp", 2): rough})
+    asked: list[tuple[int, int, list[int]]] = []
+    per_window = {1: [0.2, 0.1, 0.1, 0.3, 0.3, 0.3, 0.3, 0.3], 2: [0.3] * 8}  # float32 ΔL of each window
+
+    real = prefixes.windows_of
+    spans: list[tuple[int, int]] = []
+    prefixes.windows_of = lambda start, stop: spans.append((start, stop)) or real(start, stop)  # type: ignore[method-assign]
+    assert len({prefixes.positions_of(w + 1) - prefixes.positions_of(w) for w in range(8)}) == 1  # windows alike
+
+    def replay(part, todo, reference, base):  # type: ignore[no-untyped-def]
+        start, stop = spans[-1]
+        asked.append((start, stop - start, todo[0]["mlp"]))
+        return {0: {"mlp": {k: float(np.mean(per_window[k][start:stop])) for k in todo[0]["mlp"]}}}
+
+    rung = prefixes.measure({0: {"mlp": [1]}}, 4, replay)  # a rung builds on the rough window
+    assert asked == [(1, 3, [1])] and rung[0]["mlp"][1] == pytest.approx((0.4 + 0.1 + 0.1 + 0.3) / 4)
+    prefixes.learn(rung, 4)
+    asked.clear()
+    out = prefixes.measure({0: {"mlp": [1, 2]}}, 8, replay)
+    # option 1: window 0 again in float32 and windows 4...7; option 2 (only the screen known): all 8 at once
+    assert sorted(asked) == [(0, 1, [1]), (0, 8, [2]), (4, 4, [1])]
+    assert out[0]["mlp"] == {1: pytest.approx(np.mean(per_window[1])), 2: pytest.approx(0.3)}
+    prefixes.learn(out, 8)
+    assert prefixes.known[0, "mlp", 1] == Known(8, out[0]["mlp"][1])  # exact: nothing rough is left

@@ -7,8 +7,10 @@ on windows 0...w is the position-weighted mean of ΔL on 0...v and on v...w, eac
 replay of its own windows: the same value up to float rounding, with only windows v...w replayed. An
 exact round thus costs 7/8 of a replay per screened entry at the defaults (one window of eight).
 
-A screen counts only if it replayed the profiling prefix in float32 (a bf16 screen's values are not
-the exact metric's); a table without the screen's record (`screen_windows` in its meta) starts at 0.
+A bf16 screen (`--screen-precision`) counts as a rough first window: the rungs build on it like on a
+float32 one, since they are estimates, but an exact value swaps the rough window's share for its
+float32 replay, so every exact value is the float32 metric on all windows. A table without the
+screen's record (`screen_windows` in its meta) starts at 0.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ Replay = Callable[[LayerInputs, Entries, HeadReference, float], Measured]  # mea
 Key = tuple[int, str, int]  # (layer, component, option index)
 
 
+@dataclass(frozen=True)
+class Known:
+    """ΔL of one entry on the first `windows` windows; the first `rough` of them were replayed in bf16,
+    where they gave `rough_value` (the rest in float32)."""
+
+    windows: int
+    value: float
+    rough: int = 0
+    rough_value: float = 0.0
+
+
 @dataclass
 class _Windows:
     inputs: LayerInputs
@@ -41,16 +54,16 @@ class PrefixReplays:
     """Per entry the windows measured so far and ΔL on them; `measure` extends entries to more windows."""
 
     def __init__(self, adapter: ModelAdapter, inputs: LayerInputs, metric: str, device: torch.device,
-                 known: dict[Key, tuple[int, float]] | None = None) -> None:
+                 known: dict[Key, Known] | None = None) -> None:
         self.adapter, self.inputs, self.metric, self.device = adapter, inputs, metric, device
-        self.known = dict(known or {})  # (layer, c, k) -> (windows measured, ΔL on them)
+        self.known = dict(known or {})
         self._windows: dict[tuple[int, int], _Windows] = {}
 
     @classmethod
     def from_screen(cls, table: LossTable, adapter: ModelAdapter, inputs: LayerInputs, metric: str,
                     device: torch.device) -> PrefixReplays:
         """Starting from `table`'s screen (a screen, or a table an earlier call completed from one)
-        where it replayed a prefix of `inputs` in float32; from nothing otherwise."""
+        where it replayed a prefix of `inputs`; from nothing otherwise."""
         return cls(adapter, inputs, metric, device, screened_values(table, adapter, inputs))
 
     def windows_of(self, start: int, stop: int) -> _Windows:
@@ -66,48 +79,73 @@ class PrefixReplays:
 
     def measure(self, entries: Entries, windows: int, replay: Replay) -> Measured:
         """ΔL of `entries` on the first `windows` windows: `replay` runs only the windows each one lacks
-        (an entry already measured on as many or more keeps its value)."""
-        by_start: dict[int, Entries] = {}
+        (an entry already measured on as many or more keeps its value) and, for an exact value (all
+        windows), the rough windows again in float32."""
+        exact = windows == self.inputs.n_windows
+        spans: dict[tuple[int, int], Entries] = {}  # windows start...stop to replay -> the entries lacking them
         for layer, c, k in _keys(entries):
-            start = min(self.known.get((layer, c, k), (0, 0.0))[0], windows) if k else windows
-            by_start.setdefault(start, {}).setdefault(layer, {}).setdefault(c, []).append(k)
-        total = self.positions_of(windows)
+            for span in self._missing((layer, c, k), windows, exact):
+                spans.setdefault(span, {}).setdefault(layer, {}).setdefault(c, []).append(k)
+        replayed: dict[tuple[int, int], Measured] = {}
+        for (start, stop), todo in sorted(spans.items()):
+            part = self.windows_of(start, stop)
+            replayed[start, stop] = replay(part.inputs, todo, part.reference, part.base)
         out: Measured = {}
-        for start, todo in sorted(by_start.items()):
-            if start < windows:
-                part = self.windows_of(start, windows)
-                rest = replay(part.inputs, todo, part.reference, part.base)
-            before = self.positions_of(start)
-            for layer, c, k in _keys(todo):
-                if not k:  # nothing removed: ΔL 0 by definition
-                    value = 0.0
-                elif start == windows:
-                    value = self.known[layer, c, k][1]
-                else:
-                    earlier = self.known[layer, c, k][1] if start else 0.0
-                    value = (before * earlier + (total - before) * rest[layer][c][k]) / total
-                out.setdefault(layer, {}).setdefault(c, {})[k] = value
+        for layer, c, k in _keys(entries):
+            out.setdefault(layer, {}).setdefault(c, {})[k] = self._value((layer, c, k), windows, exact, replayed)
         return out
 
+    def _missing(self, key: Key, windows: int, exact: bool) -> list[tuple[int, int]]:
+        if not key[2]:  # nothing removed: ΔL 0 by definition
+            return []
+        known = self.known.get(key, Known(0, 0.0))
+        have = min(known.windows, windows)
+        if not (exact and known.rough):
+            return [(have, windows)] if have < windows else []
+        if have == known.rough:  # only the rough windows known: one float32 replay of all
+            return [(0, windows)]
+        return [(0, known.rough)] + ([(have, windows)] if have < windows else [])
+
+    def _value(self, key: Key, windows: int, exact: bool, replayed: dict[tuple[int, int], Measured]) -> float:
+        """ΔL on the first `windows` windows: each span's ΔL weighted by its positions."""
+        layer, c, k = key
+        if not k:  # nothing removed: ΔL 0 by definition
+            return 0.0
+        known = self.known.get(key, Known(0, 0.0))
+        spans = self._missing(key, windows, exact)
+        if not spans:
+            return known.value
+        whole = spans[0] == (0, windows)  # every window replayed now: nothing known is used
+        summed = 0.0 if whole else self.positions_of(min(known.windows, windows)) * known.value
+        for start, stop in spans:
+            summed += (self.positions_of(stop) - self.positions_of(start)) * replayed[start, stop][layer][c][k]
+        if exact and known.rough and not whole:  # the rough windows' share is replaced by their float32 replay
+            summed -= self.positions_of(known.rough) * known.rough_value
+        return summed / self.positions_of(windows)
+
     def learn(self, values: Measured, windows: int) -> None:
-        """Record ΔL on the first `windows` windows (this rank's or, gathered, another's)."""
+        """Record ΔL on the first `windows` windows (this rank's or, gathered, another's); on all of them
+        it is exact, so no window of it is rough any more."""
+        exact = windows == self.inputs.n_windows
         for layer, per in values.items():
             for c, ks in per.items():
                 for k, value in ks.items():
-                    if k and self.known.get((layer, c, k), (0, 0.0))[0] < windows:
-                        self.known[layer, c, k] = (windows, value)
+                    known = self.known.get((layer, c, k), Known(0, 0.0))
+                    if k and known.windows < windows or exact and known.rough:
+                        self.known[layer, c, k] = (Known(windows, value) if exact else
+                                                   Known(windows, value, known.rough, known.rough_value))
 
 
 def _keys(entries: Entries) -> list[Key]:
     return [(layer, c, k) for layer, per in entries.items() for c, ks in per.items() for k in ks]
 
 
-def screened_values(table: LossTable, adapter: ModelAdapter, inputs: LayerInputs) -> dict[Key, tuple[int, float]]:
-    """The screen's ΔL per entry it replayed (interpolated columns excluded), with its window count;
-    empty when the screen does not stand for a prefix of `inputs` in float32."""
+def screened_values(table: LossTable, adapter: ModelAdapter, inputs: LayerInputs) -> dict[Key, Known]:
+    """The screen's ΔL per entry it replayed (interpolated columns excluded), with its window count, rough
+    where the screen ran in bf16; empty when the screen does not stand for a prefix of `inputs`."""
     meta = table.meta
     windows = meta.get("screen_windows")
-    if not windows or meta.get("precision") != "float32" or windows >= inputs.n_windows:
+    if not windows or windows >= inputs.n_windows:
         return {}
     if meta.get("tokens") != calibration_tokens(inputs.first(windows)):
         return {}
@@ -119,5 +157,7 @@ def screened_values(table: LossTable, adapter: ModelAdapter, inputs: LayerInputs
     else:
         return {}
     grid = option_grid(adapter, meta["channel_step"], meta.get("mlp_stride", 1)).thinned(meta.get("thin", 1))
-    return {(layer, c, k): (windows, float(raw[c][layer, k]))
-            for c, ks in grid.measured.items() for k in ks if k for layer in range(adapter.n_layers)}
+    rough = windows if meta.get("precision") != "float32" else 0
+    return {(layer, c, k): Known(windows, value, rough, value if rough else 0.0)
+            for c, ks in grid.measured.items() for k in ks if k for layer in range(adapter.n_layers)
+            for value in (float(raw[c][layer, k]),)}
