@@ -61,7 +61,8 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
 def test_a_screen_of_the_profiling_prefix_counts_and_a_bf16_one_as_rough(auto_exact_run, auto_ids):
     calibration = auto_exact_run.calibration
     adapter, inputs = calibration.adapter, calibration.profile_inputs
-    screen = tables.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto"))
+    screen = tables.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto",
+                                                          screen_precision="float32"))
     assert screen.meta["screen_windows"] == 1
     known = screened_values(screen, adapter, inputs)
     assert known[0, "attn", 1] == Known(1, pytest.approx(float(screen.loss["attn"][0, 1])))
