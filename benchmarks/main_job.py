@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import GAPPRUNE, ResultLog, parser
 from readme import MAIN_JOB
 
+from gapprune.engine.replay import cpu_flags
+
 
 def prefill_ms() -> float:
     with tempfile.TemporaryDirectory() as folder:
@@ -44,6 +46,7 @@ def main() -> None:
     out = Path(shlex.split(MAIN_JOB)[shlex.split(MAIN_JOB).index("--out") + 1])
     run = json.loads((out / "run.json").read_text())
     plan = json.loads((out / "plan.json").read_text())
+    screen = json.loads((out / "loss_table.json").read_text())["meta"]
     speed = prefill_ms()
     ResultLog(args.out).emit({
         "kind": "main_job", "model": "smollm2-135m", "ratio": 0.25, "code": args.code,
@@ -51,6 +54,8 @@ def main() -> None:
         "phases": run["phases"], "peak_rss_mb": run.get("peak_rss_mb"), "run_machine": run["machine"],
         "printed": printed, "prefill_ms": speed, "normalised_s": round(wall * 684 / speed, 1),
         "calib": plan["config"]["calib"], "plan_check": plan["summary"].get("plan_check"),
+        "screen": {"precision": screen.get("precision"), "wall_s": screen.get("wall_s")},
+        "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"}),
     })
 
 

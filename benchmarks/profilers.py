@@ -321,6 +321,7 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
         start = time.perf_counter()
         screen_table(calibration, replace(config, screen_precision=precision))
         emit({"kind": "screen_precision", "model": args.model, "precision": precision, "threads": args.threads,
+              "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"}),
               "seconds": round(time.perf_counter() - start, 1)})
     inputs = calibration.profile_inputs.first(1)
     reference = dense_reference(adapter, inputs, config.metric, torch.device("cpu"))

@@ -72,8 +72,16 @@ def hardware(records: Records) -> str:
         prefill, where = job["prefill_ms"], "measured beside the main job"
     else:
         prefill, where = latest(records["bench"], "a dense bench", model="smollm2-135m", batch=1)["prefill_ms"], "bench.json"
-    return (f"`gapprune bench smollm2-135m --batches 1` prints the prefill time of 512 tokens: {prefill:.0f} ms on the "
-            f"machine above ({where}). Multiply the times above by yours ÷ {prefill:.0f} ms.\n")
+    text = (f"`gapprune bench smollm2-135m --batches 1` prints the prefill time of 512 tokens: {prefill:.0f} ms on the "
+            f"machine above ({where}). Multiply the times above by yours ÷ {prefill:.0f} ms.")
+    if job.get("screen", {}).get("precision") == "bfloat16" and "amx_bf16" in job.get("cpu_flags", []):
+        pair = {r["precision"]: r["seconds"] for r in records["performance"]
+                if r.get("kind") == "screen_precision" and r["date"] == job["date"] and "amx_bf16" in r.get("cpu_flags", [])}
+        text += (" That machine has AMX, so the auto profiler's screen ran in bf16"
+                 + (f" ({pair['bfloat16']:.0f} s against {pair['float32']:.0f} s in float32, `screen_precision` records)"
+                    if {"bfloat16", "float32"} <= set(pair) else "")
+                 + "; without AMX or a GPU it runs in float32.")
+    return text + "\n"
 
 
 def main_job_output(records: Records) -> str:

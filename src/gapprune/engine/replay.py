@@ -54,9 +54,10 @@ def cpu_flags() -> frozenset[str]:
 
 def fast_bf16(device: torch.device) -> bool:
     """Whether bf16 matrix work is faster than float32 here: a CUDA GPU that has it, or a CPU with AMX
-    tiles. AVX-512-BF16 alone is not enough: on such a Xeon torch's bf16 linear ran at 52-74% of
-    float32's speed and the bf16 screen took 81 s against 63 (`benchmarks/profilers.py kernels`,
-    records `matmul` and `screen_precision`); on AVX2 bf16 is converted in software, slower still."""
+    tiles (on a two-core Xeon with AMX torch's bf16 linear ran 2.5-4.4x float32's speed and the bf16
+    screen took 34.6 s against 59.7). AVX-512-BF16 alone is not enough: on such a Xeon the bf16 linear
+    ran at 52-74% of float32's speed and the bf16 screen took 81 s against 63 (`benchmarks/profilers.py
+    kernels`, records `matmul` and `screen_precision`); on AVX2 bf16 is converted in software, slower still."""
     if device.type == "cuda":  # native bf16 matrix units from Ampere (8.0) on; older GPUs emulate it, slowly
         return torch.cuda.get_device_capability(device) >= (8, 0)
     return device.type == "cpu" and "amx_bf16" in cpu_flags()
