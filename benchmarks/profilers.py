@@ -64,6 +64,7 @@ def screen(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-d
     model, tokenizer = load(args.model)
     config = PruneConfig(ratio=0.25, data_dir=args.data_dir)
     calibration = calibrate(model, tokenizer, config)
+
     def timed_exact() -> LossTable:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as folder:

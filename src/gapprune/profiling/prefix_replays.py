@@ -131,7 +131,7 @@ class PrefixReplays:
             for c, ks in per.items():
                 for k, value in ks.items():
                     known = self.known.get((layer, c, k), Known(0, 0.0))
-                    if k and known.windows < windows or exact and known.rough:
+                    if k and (known.windows < windows or exact and known.rough):
                         self.known[layer, c, k] = (Known(windows, value) if exact else
                                                    Known(windows, value, known.rough, known.rough_value))
 
