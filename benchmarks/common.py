@@ -93,3 +93,10 @@ def bench_config(data_dir: str | None, **overrides: Any):  # type: ignore[no-unt
 
     return PruneConfig(**{"ratio": 0.25, "allocator": "gap", "compensate": "none", "data_dir": data_dir,
                           **CALIBRATION, **overrides})
+
+
+def bf16_flags() -> list[str]:
+    """The CPU's bf16 features a record names: AVX-512-BF16 and AMX (bf16 is fast only with AMX)."""
+    from gapprune.engine.replay import cpu_flags
+
+    return sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})

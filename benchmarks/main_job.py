@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GAPPRUNE, ResultLog, parser
+from common import GAPPRUNE, ResultLog, bf16_flags, parser
 from readme import MAIN_JOB
-
-from gapprune.engine.replay import cpu_flags
 
 
 def prefill_ms() -> float:
@@ -55,7 +53,7 @@ def main() -> None:
         "printed": printed, "prefill_ms": speed, "normalised_s": round(wall * 684 / speed, 1),
         "calib": plan["config"]["calib"], "plan_check": plan["summary"].get("plan_check"),
         "screen": {"precision": screen.get("precision"), "wall_s": screen.get("wall_s")},
-        "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"}),
+        "cpu_flags": bf16_flags(),
     })
 
 

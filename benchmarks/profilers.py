@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import ResultLog
+from common import ResultLog, bf16_flags
 
 from gapprune.allocate import LayerSignals, LossTable
 from gapprune.api import load
@@ -44,7 +44,7 @@ from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.head import dense_reference
-from gapprune.engine.replay import cpu_flags, replay_stacked
+from gapprune.engine.replay import replay_stacked
 from gapprune.evaluate.timing import median_seconds
 from gapprune.importance.obs import CHANNEL_BLOCKS, channel_order, compacting_order, damped_inverse, obs_order
 from gapprune.models import COMPONENTS
@@ -297,7 +297,7 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
             seconds = median_seconds(partial(torch.nn.functional.linear, a.to(dtype), w.to(dtype)), repeats=5)
             emit({"kind": "matmul", "dtype": str(dtype).removeprefix("torch."), "rows": rows, "out": n_out,
                   "in": n_in, "gflops": round(2 * rows * n_out * n_in / seconds / 1e9, 1), "threads": args.threads,
-                  "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"})})
+                  "cpu_flags": bf16_flags()})
     if args.data_dir is None:
         return
     model, tokenizer = load(args.model)
@@ -322,7 +322,7 @@ def kernels(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
         start = time.perf_counter()
         screen_table(calibration, replace(config, screen_precision=precision))
         emit({"kind": "screen_precision", "model": args.model, "precision": precision, "threads": args.threads,
-              "cpu_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16"}),
+              "cpu_flags": bf16_flags(),
               "seconds": round(time.perf_counter() - start, 1)})
     inputs = calibration.profile_inputs.first(1)
     reference = dense_reference(adapter, inputs, config.metric, torch.device("cpu"))

@@ -82,17 +82,18 @@ class PrefixReplays:
         (an entry already measured on as many or more keeps its value) and, for an exact value (all
         windows), the rough windows again in float32."""
         exact = windows == self.inputs.n_windows
+        missing = {key: self._missing(key, windows, exact) for key in _keys(entries)}
         spans: dict[tuple[int, int], Entries] = {}  # windows start...stop to replay -> the entries lacking them
-        for layer, c, k in _keys(entries):
-            for span in self._missing((layer, c, k), windows, exact):
+        for (layer, c, k), needed in missing.items():
+            for span in needed:
                 spans.setdefault(span, {}).setdefault(layer, {}).setdefault(c, []).append(k)
         replayed: dict[tuple[int, int], Measured] = {}
         for (start, stop), todo in sorted(spans.items()):
             part = self.windows_of(start, stop)
             replayed[start, stop] = replay(part.inputs, todo, part.reference, part.base)
         out: Measured = {}
-        for layer, c, k in _keys(entries):
-            out.setdefault(layer, {}).setdefault(c, {})[k] = self._value((layer, c, k), windows, exact, replayed)
+        for (layer, c, k), needed in missing.items():
+            out.setdefault(layer, {}).setdefault(c, {})[k] = self._value((layer, c, k), windows, exact, needed, replayed)
         return out
 
     def _missing(self, key: Key, windows: int, exact: bool) -> list[tuple[int, int]]:
@@ -106,13 +107,13 @@ class PrefixReplays:
             return [(0, windows)]
         return [(0, known.rough)] + ([(have, windows)] if have < windows else [])
 
-    def _value(self, key: Key, windows: int, exact: bool, replayed: dict[tuple[int, int], Measured]) -> float:
-        """ΔL on the first `windows` windows: each span's ΔL weighted by its positions."""
+    def _value(self, key: Key, windows: int, exact: bool, spans: list[tuple[int, int]],
+               replayed: dict[tuple[int, int], Measured]) -> float:
+        """ΔL on the first `windows` windows: the known part and each replayed span's ΔL, weighted by positions."""
         layer, c, k = key
         if not k:  # nothing removed: ΔL 0 by definition
             return 0.0
         known = self.known.get(key, Known(0, 0.0))
-        spans = self._missing(key, windows, exact)
         if not spans:
             return known.value
         whole = spans[0] == (0, windows)  # every window replayed now: nothing known is used
