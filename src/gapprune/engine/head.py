@@ -12,7 +12,7 @@ and a slice of the vocabulary (`logsumexp_logits`), which keep the matmul at ful
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,25 @@ class HeadReference:
     const: list[torch.Tensor]
     pulled: list[torch.Tensor]
     bias_dot: list[torch.Tensor | None]
+    rough: RoughHead | None = None
+
+
+@dataclass
+class RoughHead:
+    """What a bf16 replay's logsumexp starts from (`with_rough_head`): per batch the dense logits z_d and
+    normed final states n_d, both float32, and the head in bf16.
+
+    lse(W n + b) = lse(z_d + W (n − n_d)): the bf16 product is of the difference from the dense state,
+    small beside the logits themselves, so its rounding moves the logsumexp by a fraction of what
+    rounding the logits to bf16 does (`tests/profiling/test_metrics.py`), at the speed of a bf16 head.
+
+    logits[b]: (P_b, V) float32, P_b the positions of batch b; normed[b]: (P_b, h) float32;
+    weight: (V, h) bf16.
+    """
+
+    logits: list[torch.Tensor]
+    normed: list[torch.Tensor]
+    weight: torch.Tensor
 
 
 LOGIT_CHUNK_ELEMENTS = 1 << 24  # logits per chunk by default: 64 MB in float32
@@ -126,13 +145,61 @@ def make_head_reference(norm: nn.Module, head: nn.Module, final_hidden: list[tor
     return reference
 
 
+ROUGH_LOGITS_ELEMENTS = 1 << 28  # dense logits a rough head may hold (1 GiB in float32); more: the float32 head
+
+
+def with_rough_head(reference: HeadReference, norm: nn.Module, head: nn.Module, final_hidden: list[torch.Tensor],
+                    device: torch.device) -> HeadReference:
+    """`reference` with a `RoughHead`, for replays whose layers run in bf16 (the auto profiler's screen).
+
+    Only for a float32 head (a half-precision head's logits are rounded anyway) and while the dense
+    logits fit `ROUGH_LOGITS_ELEMENTS`; otherwise `reference` as it is, and the head stays float32.
+    """
+    weight, bias = _weight(head)
+    shift = reference.metric.shift
+    if weight.dtype != torch.float32 or reference.rough is not None:
+        return reference
+    if sum(h.shape[0] * (h.shape[1] - shift) for h in final_hidden) * weight.shape[0] > ROUGH_LOGITS_ELEMENTS:
+        return reference
+    logits, normed = [], []
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        for hidden in final_hidden:
+            flat = norm(hidden.to(device, weight.dtype))[:, : hidden.shape[1] - shift].reshape(-1, weight.shape[1])
+            normed.append(flat.float())
+            logits.append(F.linear(flat, weight, bias).float())
+        rough = RoughHead(logits, normed, weight.detach().to(torch.bfloat16))
+    return replace(reference, rough=rough)
+
+
+def rough_logsumexp(normed: torch.Tensor, rough: RoughHead, batch: int, copies: int) -> torch.Tensor:
+    """lse(z_d + W (n − n_d)) in float32 for normed (copies*P, h) -> (copies*P,), the product in bf16.
+
+    Tiled like `logsumexp_logits`: whole copies of the batch's positions (so z_d adds by broadcast) against
+    slices of the vocabulary, the slices' lse combined by one more lse.
+    """
+    dense_logits, dense_normed = rough.logits[batch], rough.normed[batch]
+    positions_, vocab = dense_logits.shape
+    delta = (normed.float().reshape(copies, positions_, -1) - dense_normed).to(torch.bfloat16)
+    per = max(1, LSE_TILE_ROWS // positions_)  # copies per tile
+    elements = LSE_TILE_ELEMENTS.get(normed.device.type, LOGIT_CHUNK_ELEMENTS)
+    width = max(1, elements // (min(per, copies) * positions_))
+    out = torch.empty(copies, positions_, dtype=torch.float32, device=normed.device)
+    for first in range(0, copies, per):
+        x = delta[first : first + per]  # (k, P, h)
+        parts = [torch.logsumexp(torch.add(dense_logits[:, v : v + width], F.linear(x, rough.weight[v : v + width])), dim=-1)
+                 for v in range(0, vocab, width)]
+        out[first : first + per] = parts[0] if len(parts) == 1 else torch.logsumexp(torch.stack(parts, -1), dim=-1)
+    return out.reshape(-1)
+
+
 def metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: int, reference: HeadReference,
                 copies: int, chunk_rows: int = 0) -> torch.Tensor:
     """Summed metric of each of `copies` stacked replays. hidden: (copies*B, T, h) -> (copies,) float64.
 
     Outside any autocast: a replay's layers may run in bf16, but logits rounded to bf16 (8 bits of
     mantissa on values near 20) move a position's logsumexp by a few hundredths, more than a small
-    option's ΔL per position."""
+    option's ΔL per position. With `reference.rough` the logsumexp's product is bf16 but of the
+    difference from the dense state (`RoughHead`), for a replay that is an estimate anyway."""
     with torch.autocast(hidden.device.type, enabled=False):
         return _metric_sums(norm, head, hidden, batch, reference, copies, chunk_rows)
 
@@ -144,7 +211,9 @@ def _metric_sums(norm: nn.Module, head: nn.Module, hidden: torch.Tensor, batch: 
     # sums come out float32, which a float16 head refuses
     normed = norm(hidden.to(_weight(head)[0].dtype))[:, :t_kept]
     n, t, h = normed.shape
-    lse = logsumexp_logits(normed.reshape(n * t, h), head, chunk_rows).view(copies, n // copies, t)
+    flat = normed.reshape(n * t, h)
+    lse = (logsumexp_logits(flat, head, chunk_rows) if reference.rough is None
+           else rough_logsumexp(flat, reference.rough, batch, copies)).view(copies, n // copies, t)
     normed = normed.float().view(copies, n // copies, t, h)
     cross = (normed * reference.pulled[batch]).sum(-1) - lse  # q·z − lse(z), (copies, B, T')
     if reference.bias_dot[batch] is not None:

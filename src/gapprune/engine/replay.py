@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from gapprune.components import COMPONENTS
 from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
-from gapprune.engine.head import HeadReference, dense_reference, metric_sums
+from gapprune.engine.head import HeadReference, dense_reference, metric_sums, with_rough_head
 from gapprune.engine.masks import Compensated, option_masks, stack_kwargs
 from gapprune.engine.metrics import METRICS
 from gapprune.models.adapter import ModelAdapter
@@ -161,6 +161,9 @@ def measure_entries(
     device = next(adapter.model.parameters()).device
     if reference is None:
         reference = dense_reference(adapter, inputs, metric, device, chunk_rows)
+    if precision == "bfloat16" and base is None:  # an estimate, its base measured below by the same head:
+        # its logsumexp takes the bf16 product too (`head.RoughHead`)
+        reference = with_rough_head(reference, adapter.final_norm(), adapter.lm_head(), inputs.final_hidden, device)
     per_pass = max(1, max_rows // tokens_per_batch(inputs))
     n_positions = positions(inputs, metric)
     total = sum(len([k for k in ks if k]) for per in entries.values() for ks in per.values())
