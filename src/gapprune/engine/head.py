@@ -8,6 +8,9 @@ so memory stays bounded. A tile or chunk holds `LOGIT_CHUNK_ELEMENTS` logits wha
 their float32 cast or softmax, the exp): the dense reference in row chunks over the whole
 vocabulary (its softmax needs every logit of a row), each replay's logsumexp in tiles of many rows
 and a slice of the vocabulary (`logsumexp_logits`), which keep the matmul at full speed.
+A replay whose layers run in bf16 (an estimate: the auto profiler's screen) may take the head's
+product in bf16 too, of the difference from the dense state (`RoughHead`), which rounding moves far
+less than it moves the logits themselves.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ What changes against the reference (and nothing else, so the table agrees to flo
   the weight columns, tested);
 * the dense replay (the ΔL zero point) is measured once, from the last layer (`dense_base`);
 * the metric needs no vocabulary-sized dense reference and no full logits tensor (`engine.head`);
-* optionally the replay runs under bf16 autocast (`precision="bfloat16"`, for GPUs; check the
-  ranking against float32 before trusting it, see docs/performance.md).
+* optionally the replay runs under bf16 autocast (`precision="bfloat16"`: the auto profiler's screen
+  where bf16 is fast, docs/performance.md §15), the head's product then of the difference from the
+  dense state (`engine.head.RoughHead`); an estimate, not the exact table.
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ def screen_table(calibration: Calibration, config: PruneConfig, inputs: LayerInp
 
     Same replays and metric as the exact table, on a fraction of its tokens (128 of 1,024 by
     default) and of its options (every `screen_stride`-th column of its grid, the rest interpolated:
-    ~5% of its time), in `screen_precision` (the metric always in float32), so it is valid wherever
+    ~5% of its time), in `screen_precision` (in bf16 the head's product too, of the difference from the
+    dense state: `engine.head.RoughHead`; the metric's sums in float32), so it is valid wherever
     the exact table is (unlike a second-order estimate, which misses e.g. Gemma's whole-sub-block
     options). No entry is exact; the exact rounds may measure any column of the exact grid.
     `inputs`: other layer inputs to screen on (a study of screens), instead of the profiling prefix;
