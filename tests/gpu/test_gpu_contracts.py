@@ -20,6 +20,7 @@ from tests.precision.contracts import (
     as_dtype,
     batched_equals_reference,
     bf16_replays_run_on_half_weights,
+    bf16_screen_near_float32,
     default_plan,
     kept_units,
     logits,
@@ -45,6 +46,10 @@ def test_batched_table_equals_reference_table_on_cuda(make):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_bf16_screen_runs_on_half_precision_weights_on_cuda(dtype):
     bf16_replays_run_on_half_weights(as_dtype(tiny_llama(), dtype, "cuda"), IDS)
+
+
+def test_a_bf16_screen_of_float32_weights_stays_near_the_float32_table_on_cuda():
+    bf16_screen_near_float32(as_dtype(tiny_llama(), torch.float32, "cuda"), IDS)
 
 
 def test_cuda_plan_equals_the_cpu_plan_on_a_seeded_tiny_model():

@@ -109,3 +109,23 @@ def bf16_replays_run_on_half_weights(model: nn.Module, ids: torch.Tensor) -> Non
     for c, loss in table.loss.items():
         assert np.isfinite(loss).all() and (loss[:, -1] > 0).all(), c
 
+
+
+def bf16_screen_near_float32(model: nn.Module, ids: torch.Tensor) -> None:
+    """A float32 model's table replayed in bf16 (the screen), its head's product of the difference from the
+    dense state in bf16 too (`engine.head.RoughHead`): the float32 table's values up to the bf16 layers'
+    rounding, and the same order of options in every row."""
+    adapter = get_adapter(model)
+    stats = CalibrationStats()
+    device = next(model.parameters()).device
+    inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, extra_hooks=stats_hooks(adapter, stats),
+                                  progress=False)
+    scores = score_units(ScoringContext(adapter, stats, {}), "activation")
+    tables = {precision: build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
+                                                  progress=False, precision=precision)
+              for precision in ("float32", "bfloat16")}
+    for c, exact in tables["float32"].loss.items():
+        rough = tables["bfloat16"].loss[c]
+        measured = exact > 1e-4
+        assert np.median(np.abs(rough[measured] / exact[measured] - 1)) < 0.02, c  # 0.1-0.3% measured
+        assert (np.argsort(rough[:, 1:], axis=1) == np.argsort(exact[:, 1:], axis=1)).mean() > 0.9, c

@@ -18,6 +18,7 @@ from tests.precision.contracts import (
     IDS,
     as_dtype,
     bf16_replays_run_on_half_weights,
+    bf16_screen_near_float32,
     default_plan,
     removal_equals_masking,
     save_reload_same_logits,
@@ -170,3 +171,6 @@ def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measure
 def test_a_bf16_screen_runs_on_half_precision_weights(dtype):
     bf16_replays_run_on_half_weights(as_dtype(tiny_llama(), dtype), IDS)
 
+
+def test_a_bf16_screen_of_float32_weights_stays_near_the_float32_table():
+    bf16_screen_near_float32(tiny_llama(), IDS)
