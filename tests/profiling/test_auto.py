@@ -195,3 +195,36 @@ def test_a_ladder_climbs_rung_by_rung_and_ends_on_the_exact_plan(seed, budget):
     assert len(set(measure.asked)) < len(climbed)  # some candidates stopped on a rung
     stages = {r["stage"] for r in table.meta["auto"]["rounds"]}
     assert {"2 windows", "4 windows", "exact"} <= stages
+
+
+def test_a_plan_solved_before_on_the_ladder_needs_nothing_new_and_comes_out_the_same(tmp_path):
+    """The rungs each entry reached are kept with the table: a saved profile used again for the same budget
+    neither climbs again nor moves the plan (it did both when only the screened values were kept)."""
+    from gapprune.profiling.auto import Ladder
+
+    truth, estimate = synthetic_tables(2)
+    rng = np.random.default_rng(2)
+    noise = {c: rng.lognormal(0.0, 0.1, size=truth.loss[c].shape) for c in COMPONENTS}
+    climbed: list[tuple[int, str, int, int]] = []
+
+    def rung(entries: Entries, windows: int) -> Measured:
+        out: Measured = {}
+        for layer, per in entries.items():
+            for c, ks in per.items():
+                for k in ks:
+                    climbed.append((layer, c, k, windows))
+                    out.setdefault(layer, {}).setdefault(c, {})[k] = float(truth.loss[c][layer, k] * noise[c][layer, k] ** (2 / windows))
+        return out
+
+    ladder, solve = Ladder(rung, (2, 4), (0.3, 0.2)), solver(budgets()[1])
+    table = auto_table(estimate, Recorder(truth), solve, margin=MARGIN, progress=False, ladder=ladder)
+    assert any(r >= 0 for c in COMPONENTS for row in table.meta["auto"]["rung"][c] for r in row)
+    table.save(tmp_path / "loss_table.json")
+    first_climbs = len(climbed)
+    again = Recorder(truth)
+    reused = auto_table(LossTable.load(tmp_path / "loss_table.json"), again, solve, margin=MARGIN, progress=False,
+                        ladder=ladder)
+    assert again.asked == [] and len(climbed) == first_climbs
+    assert solve(reused) == solve(table)
+    for c in COMPONENTS:
+        np.testing.assert_array_equal(reused.loss[c], table.loss[c])

@@ -123,3 +123,31 @@ def test_an_exact_value_replaces_the_rough_windows_share_with_their_float32_repl
     assert out[0]["mlp"] == {1: pytest.approx(np.mean(per_window[1])), 2: pytest.approx(0.3)}
     prefixes.learn(out, 8)
     assert prefixes.known[0, "mlp", 1] == Known(8, out[0]["mlp"][1])  # exact: nothing rough is left
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_a_saved_auto_profile_used_again_for_its_budget_replays_nothing_and_plans_the_same(auto_exact_run, auto_ids,
+                                                                                            precision, tmp_path,
+                                                                                            monkeypatch):
+    """Its rung values are kept (`meta["auto"]`), so neither the margin test nor the prefix replays start over;
+    a later budget's climb goes on from each entry's rung, on the same windows and rough shares as before."""
+    from gapprune.profiling.profile import Profile
+
+    config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_precision=precision)
+    calibration = auto_exact_run.calibration
+    plan, profile = plan_for(config, calibration, checkpoint_dir=tmp_path / "first")
+    auto = profile.table.meta["auto"]
+    assert any(r >= 0 for c in ("attn", "mlp") for row in auto["rung"][c] for r in row)
+    profile.save(tmp_path / "profile")
+    calls: list[int] = []
+    real = tables.measure_entries
+    monkeypatch.setattr(tables, "measure_entries", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    again, _ = plan_for(config, calibration, Profile.load(tmp_path / "profile"), checkpoint_dir=tmp_path / "again")
+    assert calls == [] and again.summary["choice"] == plan.summary["choice"]
+    known = screened_values(Profile.load(tmp_path / "profile").table, calibration.adapter, calibration.profile_inputs)
+    layer, c, k = next((layer, c, k) for c in ("attn", "mlp") for layer, row in enumerate(auto["rung"][c])
+                       for k, r in enumerate(row) if r >= 0 and k and not profile.table.exact[c][layer, k])
+    rung = auto["rung"][c][layer][k]
+    assert known[layer, c, k].windows == auto["ladder"]["windows"][rung]
+    assert known[layer, c, k].value == pytest.approx(auto["on_rung"][c][layer][k][rung])
+    assert known[layer, c, k].rough == (1 if precision == "bfloat16" else 0)

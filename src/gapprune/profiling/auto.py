@@ -117,7 +117,7 @@ def auto_table(
     """
     table = estimate.copy()
     assert table.exact is not None
-    state = _State.start(table, columns, ladder.margins if ladder is not None else ())
+    state = _State.start(table, columns, ladder)
     total = sum(table.n_layers * int(state.columns[c][1:].sum()) for c in COMPONENTS)  # the measurable grid
     bar = tqdm(total=total, desc="auto ΔL", unit="entry", disable=not progress)
     bar.update(state.n_exact())
@@ -161,7 +161,9 @@ def auto_table(
     result.meta["profiler"] = "auto"
     result.meta["auto"] = {
         "rounds": history, "converged": converged, "margin": margin, "screen_margin": screen_margin,
-        **({"ladder": {"windows": list(ladder.windows), "margins": list(ladder.margins)}} if ladder is not None else {}),
+        **({"ladder": {"windows": list(ladder.windows), "margins": list(ladder.margins)},
+            "rung": {c: state.rung[c].tolist() for c in COMPONENTS},
+            "on_rung": {c: state.on_rung[c].tolist() for c in COMPONENTS}} if ladder is not None else {}),
         "n_exact_before": exact_before, "n_exact": state.n_exact(), "n_entries": total,
         "estimate": {c: v.tolist() for c, v in state.estimate.items()},
         "screened": {c: np.where(state.level[c] >= SCREENED, state.screened[c], np.nan).tolist() for c in COMPONENTS},
@@ -225,7 +227,9 @@ class _State:
         self.on_rung = {c: np.full((*v.shape, len(rung_margins)), np.nan) for c, v in level.items()}  # value per rung
 
     @classmethod
-    def start(cls, table: LossTable, columns: dict[str, list[int]] | None, rung_margins: tuple[float, ...] = ()) -> _State:
+    def start(cls, table: LossTable, columns: dict[str, list[int]] | None, ladder: Ladder | None = None) -> _State:
+        """The state `table` was left in: its estimates, screened values and exact entries, and, when an earlier
+        call climbed the same ladder, each entry's rungs (so a call with a plan solved before measures nothing)."""
         assert table.exact is not None
         saved = table.meta.get("auto", {})
         estimate, screened, level, exact = {}, {}, {}, {}
@@ -242,7 +246,16 @@ class _State:
         for c, ks in (columns or {}).items():
             allowed[c][:] = False
             allowed[c][[0, *ks]] = True
-        return cls(estimate, screened, level, exact, allowed, rung_margins)
+        state = cls(estimate, screened, level, exact, allowed, ladder.margins if ladder is not None else ())
+        same_ladder = ladder is not None and saved.get("ladder", {}).get("windows") == list(ladder.windows)
+        if same_ladder and "on_rung" in saved:
+            for c in COMPONENTS:
+                rung = np.asarray(saved["rung"][c], dtype=np.int64)
+                on = (rung >= 0) & (level[c] != EXACT)
+                state.rung[c] = np.where(on, rung, -1)
+                state.on_rung[c] = np.asarray(saved["on_rung"][c], dtype=np.float64)
+                level[c][on] = PARTIAL
+        return state
 
     def n_exact(self) -> int:
         return int(sum(int((self.level[c][:, 1:] == EXACT).sum()) for c in COMPONENTS))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -159,6 +160,23 @@ def screened_values(table: LossTable, adapter: ModelAdapter, inputs: LayerInputs
         return {}
     grid = option_grid(adapter, meta["channel_step"], meta.get("mlp_stride", 1)).thinned(meta.get("thin", 1))
     rough = windows if meta.get("precision") != "float32" else 0
-    return {(layer, c, k): Known(windows, value, rough, value if rough else 0.0)
-            for c, ks in grid.measured.items() for k in ks if k for layer in range(adapter.n_layers)
-            for value in (float(raw[c][layer, k]),)}
+    known = {(layer, c, k): Known(windows, value, rough, value if rough else 0.0)
+             for c, ks in grid.measured.items() for k in ks if k for layer in range(adapter.n_layers)
+             for value in (float(raw[c][layer, k]),)}
+    return known | rung_values(saved, known, inputs.n_windows)
+
+
+def rung_values(saved: dict[str, Any], screened: dict[Key, Known], n_windows: int) -> dict[Key, Known]:
+    """ΔL on the highest rung each entry reached in an earlier call of the auto profiler (`meta["auto"]`),
+    built on the screen's windows as that call's were (rough where those are), so a later call climbs on
+    from there instead of replaying the rung's windows again."""
+    windows = saved.get("ladder", {}).get("windows", [])
+    out: dict[Key, Known] = {}
+    for c, rungs in saved.get("rung", {}).items():
+        reached, values = np.asarray(rungs, dtype=np.int64), np.asarray(saved["on_rung"][c], dtype=np.float64)
+        for layer, k in zip(*np.nonzero(reached >= 0), strict=True):
+            rung, key = int(reached[layer, k]), (int(layer), c, int(k))
+            if k and windows[rung] < n_windows and not np.isnan(values[layer, k, rung]):
+                below = screened.get(key, Known(0, 0.0))
+                out[key] = Known(windows[rung], float(values[layer, k, rung]), below.rough, below.rough_value)
+    return out
