@@ -197,9 +197,11 @@ def test_a_ladder_climbs_rung_by_rung_and_ends_on_the_exact_plan(seed, budget):
     assert {"2 windows", "4 windows", "exact"} <= stages
 
 
-def test_a_plan_solved_before_on_the_ladder_needs_nothing_new_and_comes_out_the_same(tmp_path):
-    """The rungs each entry reached are kept with the table: a saved profile used again for the same budget
-    neither climbs again nor moves the plan (it did both when only the screened values were kept)."""
+@pytest.mark.parametrize("columns", [None, {"attn": [1, 2, 3, 4], "mlp": [2, 4, 6, 8]}])
+def test_a_plan_solved_before_on_the_ladder_needs_nothing_new_and_comes_out_the_same(tmp_path, columns):
+    """The rungs each entry reached are kept with the table, and an option between columns counts as exact
+    only through its columns, as when the table was made: a saved profile used again for the same budget
+    neither climbs again nor moves the plan (it did both before)."""
     from gapprune.profiling.auto import Ladder
 
     truth, estimate = synthetic_tables(2)
@@ -217,13 +219,13 @@ def test_a_plan_solved_before_on_the_ladder_needs_nothing_new_and_comes_out_the_
         return out
 
     ladder, solve = Ladder(rung, (2, 4), (0.3, 0.2)), solver(budgets()[1])
-    table = auto_table(estimate, Recorder(truth), solve, margin=MARGIN, progress=False, ladder=ladder)
+    table = auto_table(estimate, Recorder(truth), solve, margin=MARGIN, progress=False, ladder=ladder, columns=columns)
     assert any(r >= 0 for c in COMPONENTS for row in table.meta["auto"]["rung"][c] for r in row)
     table.save(tmp_path / "loss_table.json")
     first_climbs = len(climbed)
     again = Recorder(truth)
     reused = auto_table(LossTable.load(tmp_path / "loss_table.json"), again, solve, margin=MARGIN, progress=False,
-                        ladder=ladder)
+                        ladder=ladder, columns=columns)
     assert again.asked == [] and len(climbed) == first_climbs
     assert solve(reused) == solve(table)
     for c in COMPONENTS:

@@ -232,20 +232,22 @@ class _State:
         call climbed the same ladder, each entry's rungs (so a call with a plan solved before measures nothing)."""
         assert table.exact is not None
         saved = table.meta.get("auto", {})
+        allowed = {c: np.ones(table.loss[c].shape[1], dtype=bool) for c in COMPONENTS}
+        for c, ks in (columns or {}).items():
+            allowed[c][:] = False
+            allowed[c][[0, *ks]] = True
         estimate, screened, level, exact = {}, {}, {}, {}
         for c in COMPONENTS:
             shape = table.loss[c].shape
-            exact_c = table.exact[c] | (table.removed[c] == 0)
+            # an option between columns is exact only as the interpolation of two exact ones (`working`), as
+            # it was when the table was made: counted exact here, it would move the rescaling of the others
+            exact_c = (table.exact[c] & allowed[c]) | (table.removed[c] == 0)
             est = np.asarray(saved["estimate"][c], dtype=np.float64) if "estimate" in saved \
                 else np.where(table.exact[c], np.nan, table.loss[c])  # an exact entry's estimate is unknown
             scr = np.asarray(saved["screened"][c], dtype=np.float64) if "screened" in saved else np.full(shape, np.nan)
             level[c] = np.where(exact_c, EXACT, np.where(np.isnan(scr), ESTIMATE, SCREENED))
             exact[c] = np.where(table.removed[c] == 0, 0.0, table.loss[c])
             estimate[c], screened[c] = est, scr
-        allowed = {c: np.ones(table.loss[c].shape[1], dtype=bool) for c in COMPONENTS}
-        for c, ks in (columns or {}).items():
-            allowed[c][:] = False
-            allowed[c][[0, *ks]] = True
         state = cls(estimate, screened, level, exact, allowed, ladder.margins if ladder is not None else ())
         same_ladder = ladder is not None and saved.get("ladder", {}).get("windows") == list(ladder.windows)
         if same_ladder and "on_rung" in saved:
