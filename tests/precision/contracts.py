@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from gapprune.allocate.table import LossTable
 from gapprune.calibrate import CalibrationStats, stats_hooks
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.masks import masked_units
@@ -94,18 +95,23 @@ def save_reload_same_logits(model: nn.Module, ids: torch.Tensor, folder: Path, d
     assert torch.equal(logits(reloaded, ids), logits(model, ids))
 
 
-def bf16_replays_run_on_half_weights(model: nn.Module, ids: torch.Tensor) -> None:
-    """A table replayed under bf16 autocast (the screen's `auto` precision on a GPU) for a model whose
-    weights are float16 or bf16: float16 + bf16 residual sums come out float32, and the head must
-    still take them (it did not: `expected m1 and m2 to have the same dtype`)."""
+def replayed_table(model: nn.Module, ids: torch.Tensor, precision: str) -> LossTable:
+    """The batched table of `model` on `ids` (activation scores, channel step 32), replayed in `precision`."""
     adapter = get_adapter(model)
     stats = CalibrationStats()
     device = next(model.parameters()).device
     inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, extra_hooks=stats_hooks(adapter, stats),
                                   progress=False)
     scores = score_units(ScoringContext(adapter, stats, {}), "activation")
-    table = build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
-                                     progress=False, precision="bfloat16")
+    return build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
+                                    progress=False, precision=precision)
+
+
+def bf16_replays_run_on_half_weights(model: nn.Module, ids: torch.Tensor) -> None:
+    """A table replayed under bf16 autocast (the screen's `auto` precision on a GPU) for a model whose
+    weights are float16 or bf16: float16 + bf16 residual sums come out float32, and the head must
+    still take them (it did not: `expected m1 and m2 to have the same dtype`)."""
+    table = replayed_table(model, ids, "bfloat16")
     for c, loss in table.loss.items():
         assert np.isfinite(loss).all() and (loss[:, -1] > 0).all(), c
 
@@ -115,15 +121,7 @@ def bf16_screen_near_float32(model: nn.Module, ids: torch.Tensor) -> None:
     """A float32 model's table replayed in bf16 (the screen), its head's product of the difference from the
     dense state in bf16 too (`engine.head.RoughHead`): the float32 table's values up to the bf16 layers'
     rounding, and the same order of options in every row."""
-    adapter = get_adapter(model)
-    stats = CalibrationStats()
-    device = next(model.parameters()).device
-    inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, extra_hooks=stats_hooks(adapter, stats),
-                                  progress=False)
-    scores = score_units(ScoringContext(adapter, stats, {}), "activation")
-    tables = {precision: build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
-                                                  progress=False, precision=precision)
-              for precision in ("float32", "bfloat16")}
+    tables = {precision: replayed_table(model, ids, precision) for precision in ("float32", "bfloat16")}
     for c, exact in tables["float32"].loss.items():
         rough = tables["bfloat16"].loss[c]
         measured = exact > 1e-4
