@@ -116,7 +116,6 @@ def bf16_replays_run_on_half_weights(model: nn.Module, ids: torch.Tensor) -> Non
         assert np.isfinite(loss).all() and (loss[:, -1] > 0).all(), c
 
 
-
 def bf16_screen_near_float32(model: nn.Module, ids: torch.Tensor) -> None:
     """A float32 model's table replayed in bf16 (the screen), its head's product of the difference from the
     dense state in bf16 too (`engine.head.RoughHead`): the float32 table's values up to the bf16 layers'
