@@ -6,6 +6,7 @@
     python benchmarks/profilers.py kernels --threads 2 --data-dir ../shared/data
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0,0.05,0.1
     python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0.1,0.2 --ladder
+    python benchmarks/profilers.py margins --data-dir ../shared/data --tables runs/margins --margins 0.2 --ladder --rungs '2,4;4'
 
 `screen`: the exact table's profiling time, then the auto profiler per screen variant
 (precision:stride) and ratio from fresh checkpoints, each plan scored by its summed ΔL on that one
@@ -18,7 +19,7 @@ table and one screen (each measured once, kept in `--tables`), per ratio and mar
 measures exactly, their replay cost as a share of the exact table's, and the plan's summed exact ΔL (and per ratio
 the floor: the share of the exact optimum's own entries); `--screen 2x64`
 screens the first 64 tokens of two windows instead of one whole window; `--ladder` runs the CLI's ladder (rungs of 2
-and 4 windows) on per-window exact tables. The finished studies' modes (timing, layers, calib, auto)
+and 4 windows, or `--rungs`) on per-window tables. The finished studies' modes (timing, layers, calib, auto)
 are in history: `git show fab99f7:benchmarks/profilers.py`.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from dataclasses import replace
@@ -154,20 +156,24 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
               "plan would still replay to certify it, weighed as auto_margin's replay_share; the 128-token screen "
               "costs 1/8 of the table on top"})
         for margin in map(float, args.margins.split(",")):
-            if per_window:
-                done, ladder, reached = with_ladder(per_window, config, solve, grid.measured, margin)
+            for rungs in (args.rungs.split(";") if per_window else []):
+                done, ladder, reached = with_ladder(per_window, exact, config, solve, grid.measured, margin, rungs)
                 emit({"kind": "auto_margin", "model": args.model, "screen": args.screen, "ladder": list(ladder.windows),
                       "ladder_margins": [round(m, 4) for m in ladder.margins], "ratio": ratio, "margin": margin,
                       "exact_entries": sum(w == len(per_window) for w in reached.values()),
                       "rung_entries": sum(w < len(per_window) for w in reached.values()),
                       "replay_share": round(sum(cost(key[0]) * (w - 1) / len(per_window) for key, w in reached.items())
                                             / table_cost, 4),
+                      "replay_share_bf16_screen": round(sum(cost(key[0]) * (w - (w < len(per_window))) / len(per_window)
+                                                            for key, w in reached.items()) / table_cost, 4),
                       "rounds": len(done.meta["auto"]["rounds"]), "summed_dl_exact": round(summed(solve(done)), 6),
                       "exact_summed_dl_exact": round(best, 6), "over_exact_optimum": round(summed(solve(done)) / best - 1, 5),
-                      "threads": args.threads, "note": "offline: the rungs and exact rounds read per-window exact tables "
-                      "(their mean over all windows is the exact table); replay_share counts the windows each entry "
-                      f"replayed beyond the screen's, an entry at layer l weighing L - l + {HEAD_IN_LAYERS} per whole "
-                      "replay; the screen's 1/8 of the table not included"})
+                      "threads": args.threads, "note": "offline: the rungs read per-window tables (each window's "
+                      "table at the screen's precision), the exact rounds the exact table; replay_share counts the "
+                      f"windows each entry replayed beyond the screen's, an entry at layer l weighing L - l + {HEAD_IN_LAYERS} "
+                      "per whole replay; _bf16_screen adds the screen's window replayed again in float32 for an exact "
+                      "value, as after a bf16 screen; the screen's 1/8 of the table not included"})
+            if per_window:
                 continue
             done = auto_table(screen, measure, solve, columns=grid.measured, margin=margin, progress=False)
             assert done.exact is not None
@@ -183,9 +189,11 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
                   "screen's cost (about 1/8 of the table) not included"})
 
 
-def with_ladder(per_window: list[LossTable], config: PruneConfig, solve, columns, margin: float):  # type: ignore[no-untyped-def]
-    """Auto with the CLI's ladder, offline: a rung's value is the mean of the first windows' exact tables, the exact
-    value the mean of all. Returns the completed table, the ladder, and the windows each entry was measured on."""
+def with_ladder(per_window: list[LossTable], exact: LossTable, config: PruneConfig, solve, columns, margin: float,  # type: ignore[no-untyped-def]
+                rungs: str = ""):
+    """Auto with a ladder, offline: a rung's value is the mean of the first windows' tables, the exact value the
+    exact table's. `rungs`: the rungs' windows, e.g. "2,4,6" (empty: the CLI's, `ladder_of`). Returns the completed
+    table, the ladder, and the windows each entry was measured on."""
     n = len(per_window)
     reached: dict[tuple[int, str, int], int] = {}
 
@@ -194,10 +202,15 @@ def with_ladder(per_window: list[LossTable], config: PruneConfig, solve, columns
             for c, ks in per.items():
                 for k in ks:
                     reached[layer, c, k] = max(reached.get((layer, c, k), 1), windows)
-        return {layer: {c: {k: float(np.mean([t.loss[c][layer, k] for t in per_window[:windows]])) for k in ks}
+        return {layer: {c: {k: float(np.mean([t.loss[c][layer, k] for t in per_window[:windows]]) if windows < n
+                                     else exact.loss[c][layer, k]) for k in ks}
                         for c, ks in per.items()} for layer, per in entries.items()}
 
     ladder = ladder_of(replace(config, auto_margin=margin), n, on_windows)
+    if rungs and ladder is not None:  # the same margins' rule, √(1/w − 1/n) against the screen's, at other rungs
+        windows = tuple(int(w) for w in rungs.split(","))
+        ladder = replace(ladder, windows=windows,
+                         margins=tuple(margin * math.sqrt(1 / w - 1 / n) / math.sqrt(1 - 1 / n) for w in windows))
     done = auto_table(per_window[0], lambda entries: on_windows(entries, n), solve, columns=columns, margin=margin,
                       progress=False, ladder=ladder)
     return done, ladder, reached
@@ -352,6 +365,8 @@ def main() -> None:
                         "e.g. 2x64, the first 64 tokens of two windows)")
     parser.add_argument("--ladder", action="store_true", help="margins: auto with the CLI's ladder (rungs of 2 and 4 "
                         "windows), from per-window exact tables kept in --tables")
+    parser.add_argument("--rungs", default="", help="margins, with --ladder: other ladders to replay, e.g. '2,4;2,4,6;4' "
+                        "(empty: the CLI's)")
     parser.add_argument("--out", default="docs/results/performance.json")
     args = parser.parse_args()
     log = ResultLog(args.out)
