@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -91,6 +92,13 @@ def test_auto_plan_equals_the_exact_plan_and_measures_a_strict_subset(seed, budg
     plan = solver(budget)(table)
     for c in COMPONENTS:
         assert all(table.exact[c][layer, k] for layer, k in enumerate(plan[c])), "every pick is exact"
+
+
+def test_the_progress_bar_counts_exact_entries_and_promises_no_end(capsys):
+    truth, estimate = synthetic_tables(0)
+    auto_table(estimate, Recorder(truth), solver(budgets()[1]), margin=MARGIN, progress=True)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert re.fullmatch(r"auto ΔL: round \d+: \d+/\d+ entries exact \[\d\d:\d\d\]", last), last
 
 
 def test_exact_flags_and_estimates_survive_save_and_load(tmp_path):
