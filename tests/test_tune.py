@@ -5,7 +5,7 @@ import json
 import torch
 
 import gapprune
-from gapprune.export import save
+from gapprune.export.save import save
 from gapprune.models import get_adapter
 from gapprune.tune import TuneConfig, lora_tune
 from tests.evaluate.test_eval_bench import byte_tokenizer

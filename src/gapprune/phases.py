@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-import torch
 from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
@@ -54,8 +53,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 def wait_for_gpus() -> None:
     """Let queued GPU work finish, so a phase's time is its own (CUDA kernels run asynchronously and
-    would otherwise be charged to whichever phase next waits for a result)."""
-    if torch.cuda.is_initialized():
+    would otherwise be charged to whichever phase next waits for a result). Without torch loaded no GPU
+    work can be queued, and the command line's parsing does not load it."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
 

@@ -15,9 +15,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 
 import gapprune
 from gapprune.cli import main
-from gapprune.export import save
 from gapprune.export.gguf import export_gguf, record_gguf_source
 from gapprune.export.gguf_layout import DeciLayer, deci_layers, padding_params
+from gapprune.export.save import save
 from gapprune.models import get_adapter
 
 pytest.importorskip("gguf")

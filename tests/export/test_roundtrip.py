@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import gapprune
-from gapprune.export import save
+from gapprune.export.save import save
 from gapprune.models import get_adapter
 
 

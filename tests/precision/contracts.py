@@ -14,7 +14,7 @@ from gapprune.allocate.table import LossTable
 from gapprune.calibrate import CalibrationStats, stats_hooks
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.masks import masked_units
-from gapprune.export import save
+from gapprune.export.save import save
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
 from gapprune.models.loading import load_model

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import gapprune
-from gapprune.export import save
+from gapprune.export.save import save
 from gapprune.models import get_adapter
 from gapprune.pipeline import prune_model_
 from gapprune.refit import affine_error

@@ -6,7 +6,7 @@ import torch
 
 import gapprune
 from gapprune.cli import main
-from gapprune.export import save
+from gapprune.export.save import save
 from gapprune.models import get_adapter
 from tests.tune.helpers import text_file
 

@@ -57,7 +57,7 @@ class TuneCommand:
 
     @staticmethod
     def add(sub: Any) -> None:
-        from gapprune.tune import DistillConfig, TuneConfig
+        from gapprune.tune.configs import DistillConfig, TuneConfig
 
         p = sub.add_parser(TuneCommand.name, help="recovery tuning: LoRA on Alpaca, or --distill from the unpruned model")
         p.add_argument("model", help="a pruned folder (or any model gapprune loads)")

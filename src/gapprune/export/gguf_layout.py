@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # transformers families whose decoder is the Llama graph that llama.cpp's deci builds (RMSNorm,
 # SwiGLU, rotary, optional biases). Qwen3 (q/k norms) and sliding-window models are not.

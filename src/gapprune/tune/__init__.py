@@ -1,10 +1,26 @@
 """Recovery after pruning: LoRA on instruction data (`lora.py`), or distillation from the unpruned
-model (`distill.py`: KL to the teacher's next-token distribution on text with no evaluation data).
+model (`distill.py`: KL to the teacher's next-token distribution on text with no evaluation data);
+their settings in `configs.py`.
 
 To add a training-text source, extend `teacher_text.training_windows`; a loss, `kd_loss.py`.
+The names below are imported on first use, so reading the settings (the command line's flags) needs
+no torch.
 """
 
-from gapprune.tune.distill import DistillConfig, DistillResult, distill
-from gapprune.tune.lora import TuneConfig, TuneResult, lora_tune
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gapprune.lazy import names_from
+
+if TYPE_CHECKING:
+    from gapprune.tune.configs import DistillConfig, TuneConfig
+    from gapprune.tune.distill import DistillResult, distill
+    from gapprune.tune.lora import TuneResult, lora_tune
+
+_HOMES = {"DistillConfig": "gapprune.tune.configs", "TuneConfig": "gapprune.tune.configs",
+          "DistillResult": "gapprune.tune.distill", "distill": "gapprune.tune.distill",
+          "TuneResult": "gapprune.tune.lora", "lora_tune": "gapprune.tune.lora"}
 
 __all__ = ["DistillConfig", "DistillResult", "TuneConfig", "TuneResult", "distill", "lora_tune"]
+__getattr__ = names_from(__name__, _HOMES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from gapprune.models import get_adapter
 from gapprune.tune import checkpoint as ckpt
 from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
+from gapprune.tune.configs import TuneConfig
 from gapprune.tune.progress import advance, training_bar
 
 if TYPE_CHECKING:
@@ -25,34 +26,6 @@ log = logging.getLogger(__name__)
 
 # settings a resumed run may change: how long it trains and how often it reports, not what it trains
 RESUMABLE_CHANGES = frozenset({"max_steps", "max_seconds", "epochs", "eval_every", "save_every"})
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    data: str = field(default="alpaca", metadata={"help": "alpaca (data folder, then hub) or an Alpaca-format .json/.jsonl"})
-    data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA)"})
-    rank: int = field(default=8, metadata={"help": "LoRA rank"})
-    alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
-    dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    cutoff: int = field(default=256, metadata={"help": "tokens per example"})
-    epochs: float = field(default=2.0, metadata={"help": "passes over the training examples"})
-    max_steps: int = field(default=0, metadata={"help": "stop after this many optimiser steps (0: epochs decide)"})
-    max_seconds: float = field(default=0.0, metadata={"help": "stop once training has taken this long in all, resumed parts included (0: no limit)"})
-    max_examples: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
-    batch_size: int = field(default=4, metadata={"help": "examples per step"})
-    val_examples: int = field(default=64, metadata={"help": "held-out examples for validation loss"})
-    eval_every: int = field(default=50, metadata={"help": "steps between validation losses"})
-    save_every: int = field(default=50, metadata={"help": "steps between resumable checkpoints"})
-    train_on_inputs: bool = field(default=True, metadata={"help": "also train on the prompt tokens (LLM-Pruner default)"})
-    dtype: str = field(default="float32", metadata={"help": "training dtype, float32 or bfloat16, whatever the folder was saved in; the tuned folder is saved in it"})
-    seed: int = field(default=0, metadata={"help": "seed for shuffling and LoRA init"})
-
-    def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError("dtype must be float32 or bfloat16")
-        if self.rank <= 0 or self.cutoff < 8 or self.batch_size <= 0:
-            raise ValueError("rank, cutoff (>= 8) and batch_size must be positive")
 
 
 @dataclass
