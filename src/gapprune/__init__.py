@@ -6,17 +6,15 @@
     gapprune.save(model, tokenizer, "pruned/")
 
 The names are imported on first use (PEP 562), so the command line's parsing, `gapprune --help` included, does not
-wait seconds for torch and transformers. `gapprune.prune` is the function whatever is imported when: importing the
-subpackage `gapprune.prune` would otherwise bind its name here (`_Package`).
+wait seconds for torch and transformers. `gapprune.prune` is the function whatever is imported when, though the
+subpackage of that name is imported too (`lazy.lazy_names`).
 """
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gapprune.lazy import names_from
+from gapprune.lazy import lazy_names
 
 if TYPE_CHECKING:
     from gapprune.api import load, prune
@@ -30,16 +28,4 @@ _HOMES = {"load": "gapprune.api", "prune": "gapprune.api", "PruneConfig": "gappr
 
 __version__ = "0.1.0"
 __all__ = ["Plan", "PruneConfig", "evaluate_ppl", "load", "prune", "save"]
-__getattr__ = names_from(__name__, _HOMES)
-
-
-class _Package(types.ModuleType):
-    """This package, whose exported names are never rebound to a subpackage of the same name."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOMES and isinstance(value, types.ModuleType):
-            return  # the import system binding `gapprune.prune` (the subpackage) here: the function keeps the name
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+__getattr__ = lazy_names(__name__, _HOMES)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gapprune.lazy import names_from
+from gapprune.lazy import lazy_names
 
 if TYPE_CHECKING:
     from gapprune.tune.configs import DistillConfig, TuneConfig
@@ -23,4 +23,4 @@ _HOMES = {"DistillConfig": "gapprune.tune.configs", "TuneConfig": "gapprune.tune
           "TuneResult": "gapprune.tune.lora", "lora_tune": "gapprune.tune.lora"}
 
 __all__ = ["DistillConfig", "DistillResult", "TuneConfig", "TuneResult", "distill", "lora_tune"]
-__getattr__ = names_from(__name__, _HOMES)
+__getattr__ = lazy_names(__name__, _HOMES)
