@@ -37,6 +37,7 @@ def test_save_then_reload_both_ways_gives_identical_logits_and_generations(tiny_
     config = json.loads((out / "config.json").read_text())
     assert config["layer_shapes"][1]["num_attention_heads"] == 0 and config["layer_shapes"][2]["intermediate_size"] == 0
     assert (out / "modeling_gapprune.py").is_file()
+    assert config["architectures"] == [f"Gappruned{type(model).__name__}"], "engines pick their class by it"
     for reloaded in (
         gapprune.load(str(out))[0],
         AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True).eval(),

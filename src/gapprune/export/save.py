@@ -8,6 +8,7 @@ folder next to the target and renamed at the end: a crash never leaves a half-wr
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -29,6 +30,19 @@ def pruned_class_name(architecture: str) -> str:
         supported = ", ".join(modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE)
         raise ValueError(f"cannot export architecture {architecture!r}; supported: {supported}")
     return modeling_gapprune.PRUNED_CLASS_FOR_ARCHITECTURE[base].__name__
+
+
+def name_architecture_(config_file: Path, name: str) -> None:
+    """Write `name` as the folder's architecture.
+
+    `save_pretrained` writes the in-memory class's name, and a freshly pruned model is still the family's
+    class (`LlamaForCausalLM`): engines that pick their model class by that name (vLLM) would build every
+    layer at the dense shape. The `Gappruned...` name resolves to gapprune's classes in transformers (through
+    `auto_map`), in gapprune and in vLLM (through its plugin).
+    """
+    config = json.loads(config_file.read_text())
+    config["architectures"] = [name]
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def write_atomically(out: str | Path, fill: Callable[[Path], None], *, overwrite: bool = False) -> Path:
@@ -77,6 +91,7 @@ def save(
 
     def fill(tmp: Path) -> None:
         config = model.config
+        name = None
         if getattr(config, "layer_shapes", None):
             arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
             name = pruned_class_name(arch)
@@ -87,6 +102,8 @@ def save(
             save_streamed(model, tmp)  # layer by layer: one shard per decoder layer
         else:
             model.save_pretrained(tmp, safe_serialization=True, max_shard_size=max_shard_size)
+        if name is not None:
+            name_architecture_(tmp / "config.json", name)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if extras is not None:
