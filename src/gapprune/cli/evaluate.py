@@ -9,6 +9,8 @@ from typing import Any
 
 from gapprune.cli.flags import add_dtype_flag, window_count
 
+CODE_TASKS = ("humaneval",)  # `--tasks` scored by gapprune.evaluate.humaneval, not lm-eval
+
 
 class PplCommand:
     """gapprune ppl MODEL --dataset wikitext2 --seq-len 2048: perplexity, printed and written as JSON."""
@@ -19,8 +21,10 @@ class PplCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
         p.add_argument("model")
-        p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, or a .txt/.jsonl file")
-        p.add_argument("--split", default=None, help="default: the set's evaluation split (test; validation for c4)")
+        p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, code (Python source), or a "
+                       ".txt/.jsonl file")
+        p.add_argument("--split", default=None,
+                       help="default: the set's evaluation split (test; validation for c4 and code)")
         p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 2048)")
         p.add_argument("--max-windows", type=window_count, default=None)
         p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes data sets, lengths and "
@@ -96,39 +100,45 @@ class InfoCommand:
 
 
 class EvalCommand:
-    """gapprune eval MODEL --ppl wikitext2,ptb --tasks boolq,piqa,... [--limit N]."""
+    """gapprune eval MODEL --ppl wikitext2,ptb --tasks boolq,piqa,...,humaneval [--limit N]."""
 
     name = "eval"
 
     @staticmethod
     def add(sub: Any) -> None:
-        p = sub.add_parser(EvalCommand.name, help="perplexity and zero-shot accuracy (lm-evaluation-harness)")
+        p = sub.add_parser(EvalCommand.name, help="perplexity, zero-shot accuracy (lm-evaluation-harness) and "
+                           "HumanEval pass@1")
         p.add_argument("model")
-        p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets (default wikitext2,ptb; '' for none)")
+        p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets: wikitext2, ptb, c4, code "
+                       "or .txt/.jsonl files (default wikitext2,ptb; '' for none)")
         p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 128)")
         p.add_argument("--max-windows", type=window_count, default=None)
-        p.add_argument("--tasks", default=None, help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,arc_challenge,openbookqa")
+        p.add_argument("--tasks", default=None, help="comma-separated: boolq,piqa,hellaswag,winogrande,arc_easy,"
+                       "arc_challenge,openbookqa (lm-eval), humaneval (greedy pass@1, runs the generated code)")
         p.add_argument("--limit", type=int, default=None, help="first N examples per task")
         p.add_argument("--protocol", default=None, help="a paper's protocol, which fixes everything above: "
                        "llm-pruner (whole WikiText-2 and PTB tests at 128, the 7 tasks in full) or slicegpt")
         p.add_argument("--batch-size", type=int, default=None,
-                       help="zero-shot examples per batch (default: 16, fewer for large vocabularies)")
+                       help="zero-shot examples per batch (default: 16, fewer for large vocabularies); "
+                       "HumanEval prompts per generation batch (default 8)")
         p.add_argument("--data-dir", default=None)
         p.add_argument("--device", default="cpu")
         add_dtype_flag(p)
         p.add_argument("--resume", default=None, metavar="DIR",
                        help="keep every scored window and answered zero-shot request in DIR (keyed by the "
                        "model's weights), so a stopped evaluation resumes where it stopped when run again with the same DIR")
-        p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it")
+        p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it (and, with "
+                       "humaneval, every task's completion and result as .humaneval.jsonl)")
         p.set_defaults(run=EvalCommand.run)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import load, require_tokenizer
         from gapprune.data import check_source
+        from gapprune.evaluate.humaneval import evaluate_humaneval, load_problems
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.evaluate.records import eval_records, eval_table
-        from gapprune.evaluate.zeroshot import check_tasks
+        from gapprune.evaluate.zeroshot import TASKS
         from gapprune.export.output import check_output, write_file_atomically
 
         if args.out:
@@ -144,7 +154,13 @@ class EvalCommand:
                                         "--tasks": args.tasks, "--limit": args.limit})
             datasets, tasks, seq_len, label = list(protocol.datasets), list(protocol.tasks), protocol.seq_len, \
                 {"protocol": protocol.name}
-        check_tasks(tasks)
+        code_tasks = [t for t in tasks if t in CODE_TASKS]  # ours; the rest go to lm-eval
+        tasks = [t for t in tasks if t not in CODE_TASKS]
+        for task in tasks:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; choose from {', '.join([*TASKS, *CODE_TASKS])}")
+        if code_tasks:
+            load_problems(args.data_dir)  # a missing data file: before the model loads
         for dataset in datasets:
             check_source(dataset)
         model, found = load(args.model, device=args.device, dtype=args.dtype)
@@ -154,11 +170,20 @@ class EvalCommand:
             max_windows=args.max_windows, limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
             resume=args.resume,
         )]
+        humaneval = None
+        if "humaneval" in code_tasks:
+            humaneval = evaluate_humaneval(model, tokenizer, data_directory=args.data_dir, limit=args.limit,
+                                           batch_size=args.batch_size)
+            records.append({"model": args.model, **humaneval.to_record(args.limit), **label})
+            print(f"humaneval pass@1 {humaneval.pass_at_1:.4f} ({humaneval.passed}/{len(humaneval.results)})")
         table = eval_table(records)
         print(table)
         if args.out:
             write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")
             write_file_atomically(Path(args.out).with_suffix(".md"), table + "\n")
+            if humaneval is not None:
+                write_file_atomically(Path(args.out).with_suffix(".humaneval.jsonl"),
+                                      "".join(json.dumps(row) + "\n" for row in humaneval.task_rows()))
         return 0
 
 
@@ -172,17 +197,29 @@ class BenchCommand:
         p = sub.add_parser(BenchCommand.name, help="measure speed and memory (optionally against the dense source)")
         p.add_argument("model")
         p.add_argument("--vs", default=None, help="the dense model to compare with")
-        p.add_argument("--batches", default="1,16")
+        p.add_argument("--batches", default=None, help="batch sizes (default 1,16; 1,16,64 in vLLM)")
         p.add_argument("--prompt-tokens", type=int, default=512)
-        p.add_argument("--new-tokens", type=int, default=32)
+        p.add_argument("--new-tokens", type=int, default=None, help="default 32; 64 in vLLM")
         p.add_argument("--repeats", type=int, default=3)
         p.add_argument("--device", default="cpu")
         add_dtype_flag(p)
         p.add_argument("--out", default=None, help="write JSON records")
+        p.add_argument("--runtime", choices=("transformers", "vllm"), default="transformers",
+                       help="vllm: serve each folder in vLLM (batches 1,16,64 and 64 new tokens unless given)")
+        p.add_argument("--vllm-python", default=None,
+                       help="the interpreter of vLLM's environment (default $GAPPRUNE_VLLM_PYTHON, else this one)")
+        p.add_argument("--parity", action="store_true",
+                       help="vllm: also compare greedy text and WikiText-2 perplexity with transformers")
+        p.add_argument("--data-dir", default=None, help="data folder for --parity (default $GAPPRUNE_DATA)")
+        p.add_argument("--tp", type=int, default=1, help="vllm: tensor-parallel ranks")
         p.set_defaults(run=BenchCommand.run)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        if args.runtime == "vllm":
+            from gapprune.cli.serve import bench_in_vllm
+
+            return bench_in_vllm(args)
         from gapprune.api import load
         from gapprune.evaluate.records import speed_line, speed_records
         from gapprune.export.output import check_output, write_file_atomically
@@ -191,8 +228,8 @@ class BenchCommand:
             check_output(args.out, overwrite=True, kind="file")
         records = speed_records(
             [args.model] + ([args.vs] if args.vs else []), lambda spec: load(spec, device=args.device, dtype=args.dtype)[0],
-            batches=[int(b) for b in args.batches.split(",")], prompt_tokens=args.prompt_tokens,
-            new_tokens=args.new_tokens, repeats=args.repeats, dense=args.vs,
+            batches=[int(b) for b in (args.batches or "1,16").split(",")], prompt_tokens=args.prompt_tokens,
+            new_tokens=args.new_tokens or 32, repeats=args.repeats, dense=args.vs,
         )
         for r in records:
             print(speed_line(r))

@@ -6,10 +6,12 @@ The data folder comes from `--data-dir` or `$GAPPRUNE_DATA`; its layout is
     ptb/{test,validation}.jsonl              rows {"sentence": ...}
     c4/c4_train_00000_first1000.jsonl        C4 en train: the first 1,000 documents of shard 00000
     c4/c4_validation_2k.jsonl                C4 en validation: 2,000 documents
+    code/python_stdlib_{train,validation}.txt  CPython 3.11 stdlib modules, plain text (80 / 88 modules)
 
 Each set names the split a role reads: calibration, evaluation, and training (distillation). WikiText-2
 and PTB have no training role: their text is what pruned models are judged on. C4 calibrates and
 trains on `train` and is evaluated on `validation`, so no role reads text another role is judged on.
+`code` (Python source) splits the same way; it has no hub copy, so it is read from the data folder only.
 C4 documents are joined ("\n\n") and windows are cut from the joined text: only ~38 of the 1,000
 local documents are longer than 2,048 tokens, so the SparseGPT/Wanda sampler (one random window of
 one random document longer than the window) would reuse those few. That is the recorded deviation.
@@ -32,8 +34,8 @@ class NamedTextSet:
     """Where a named text corpus lives locally and on the hub, and how its rows join."""
 
     local: dict[str, str]  # split -> path relative to the data folder
-    field: str
-    hub: tuple[str, str | None]  # (path, config name) for datasets.load_dataset
+    field: str  # the text field of .jsonl rows; a .txt file is read whole
+    hub: tuple[str, str | None] | None  # (path, config name) for datasets.load_dataset; None: data folder only
     calibration_split: str  # what `--calib NAME` reads
     evaluation_split: str  # what `gapprune ppl --dataset NAME` reads
     training_split: str | None = None  # what distillation may train on; None: an evaluation set, refused
@@ -67,6 +69,14 @@ TEXT_SETS: dict[str, NamedTextSet] = {
         # local files the first 1,000 (train) and 2,000 (validation)
         hub_files={"train": "en/c4-train.00000-of-01024.json.gz",
                    "validation": "en/c4-validation.00000-of-00008.json.gz"},
+    ),
+    "code": NamedTextSet(
+        local={"train": "code/python_stdlib_train.txt", "validation": "code/python_stdlib_validation.txt"},
+        field="text",
+        hub=None,  # our own cut of the CPython standard library: no hub data set holds it
+        calibration_split="train",
+        evaluation_split="validation",
+        training_split="train",
     ),
 }
 
@@ -159,6 +169,12 @@ def load_text(name_or_path: str, split: str | None = None, data_directory: str |
         looked.append(str(local) if folder.is_dir() else f"{local} (the data folder {folder} does not exist)")
     else:
         looked.append(f"no data folder (set data_dir or ${DATA_ENV})")
+    if spec.hub is None:
+        raise FileNotFoundError(
+            f"data set {name_or_path!r} split {split!r} is read from the data folder only (it has no hub copy): "
+            f"set --data-dir (data_dir) or ${DATA_ENV} to the folder holding {spec.local[split]}; looked at: "
+            + "; ".join(looked)
+        )
     try:
         return _load_from_hub(spec, split)
     except Exception as err:  # noqa: BLE001 - offline, datasets missing, hub error: report all places
@@ -171,6 +187,7 @@ def load_text(name_or_path: str, split: str | None = None, data_directory: str |
 def _load_from_hub(spec: NamedTextSet, split: str) -> str:
     import datasets  # optional: only needed when reading from the hub
 
+    assert spec.hub is not None  # load_text never asks the hub for a local-only set
     if spec.hub_files is not None:
         rows = datasets.load_dataset(spec.hub[0], data_files={split: spec.hub_files[split]}, split=split)[spec.field]
     else:

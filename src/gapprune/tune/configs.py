@@ -37,7 +37,7 @@ class TuneConfig:
 @dataclass(frozen=True)
 class DistillConfig:
     teacher: str | None = field(default=None, metadata={"help": "teacher model (default: the model the folder was pruned from, recorded in its config)"})
-    data: str = field(default="c4", metadata={"help": "training text joined by +: c4 (web text, its train split; the default: best measured, docs/recovery.md), alpaca, self (teacher-written, cached), or a .txt/.json/.jsonl file; evaluation sets are refused"})
+    data: str = field(default="c4", metadata={"help": "training text joined by +: c4 (web text, its train split; the default: best measured, docs/recovery.md), code (Python source, its train split), alpaca, self (teacher-written, cached), or a .txt/.json/.jsonl file; evaluation sets are refused"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA)"})
     self_windows: int = field(default=1024, metadata={"help": "windows of teacher-written text (self)"})
     self_len: int = field(default=512, metadata={"help": "tokens per teacher-written sequence (cut into windows)"})

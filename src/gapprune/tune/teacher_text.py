@@ -7,6 +7,7 @@ Sources, joined with `+` (e.g. `self+alpaca`):
   batch, so that a killed run resumes where generation stopped and later runs reuse it.
 * `alpaca`: instruction data (prompt and response, EOS between records), packed into windows.
 * `c4`: web text, the train split of C4 `en` (documents joined, packed into windows).
+* `code`: Python source, the train split of our CPython standard-library text (packed into windows).
 * a `.txt` file, or a `.json`/`.jsonl` file of Alpaca records.
 
 Named sets without a training split (`wikitext2`, `ptb`: evaluation text) are refused by name:
@@ -114,9 +115,9 @@ def check_training_sources(spec: str) -> list[str]:
     for source in sources:
         if source in TEXT_SETS and split_for(source, "training") is None:
             raise ValueError(f"{source!r} is an evaluation set; distillation trains on text with no evaluation "
-                             "data in it (self, alpaca, c4, or a file of other text)")
+                             "data in it (self, alpaca, c4, code, or a file of other text)")
         if source not in TEXT_SETS and source not in ("self", "alpaca") and not Path(source).is_file():
-            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca, c4 nor an existing file")
+            raise FileNotFoundError(f"training text {source!r} is neither self, alpaca, c4, code nor an existing file")
     return sources
 
 

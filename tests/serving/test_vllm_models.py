@@ -1,0 +1,130 @@
+"""The vLLM plugin serves heterogeneous pruned folders of every family exactly as transformers runs them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import pytest
+import torch
+
+from gapprune.export.save import save
+from gapprune.models import get_adapter
+from gapprune.serving.vllm_plugin import ARCHITECTURES
+from gapprune.serving.vllm_runtime import check_servable, not_divisible, run_job
+from tests.conftest import FAMILIES
+
+MODEL_CLASSES = {family: type(build()) for family, build in FAMILIES.items()}
+
+
+def servable_tiny(family: str) -> torch.nn.Module:
+    """The suite's tiny model of `family` with heads of 32: vLLM's CPU attention has no kernel for 16."""
+    config = copy.deepcopy(FAMILIES[family]().config)
+    config.hidden_size, config.head_dim = 128, 32
+    if family == "gemma3":
+        config.query_pre_attn_scalar = 32
+    torch.manual_seed(0)
+    model = MODEL_CLASSES[family](config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(-0.5, 0.5)  # act on every norm (Gemma's are 1 + weight, zero at init)
+    return model
+
+
+def pruned_with_biases(family: str) -> torch.nn.Module:
+    """Per-layer head counts and widths, a layer without attention, one without MLP, and the output
+    biases compensation adds (random, so that a bias lost on the way shows in the logits)."""
+    model = servable_tiny(family)
+    adapter = get_adapter(model)
+    groups = model.config.num_key_value_heads
+    adapter.prune_attention_(0, [0] if groups > 1 else [0, 1])
+    adapter.prune_mlp_(0, list(range(0, 128, 2)))
+    adapter.prune_attention_(1, [])
+    adapter.prune_mlp_(2, [])
+    adapter.prune_mlp_(3, list(range(40)))
+    adapter.record_shapes_()
+    torch.manual_seed(5)
+    for layer_index in (0, 3):
+        layer = model.model.layers[layer_index]
+        for block, name in ((layer.self_attn, "o_proj"), (layer.mlp, "down_proj")):
+            old = getattr(block, name)
+            new = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+            with torch.no_grad():
+                new.weight.copy_(old.weight)
+                new.bias.normal_(0, 0.5)
+            setattr(block, name, new)
+        shape = model.config.layer_shapes[layer_index]
+        shape["attn_out_bias"] = shape["mlp_out_bias"] = True
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def served(vllm_env, tmp_path_factory):
+    """Every family's pruned folder, its transformers log-probabilities and greedy tokens, and vLLM's answers
+    for the same prompts, all vLLM engines in one process."""
+    root = tmp_path_factory.mktemp("vllm_families")
+    prompts = torch.randint(0, 256, (3, 20), generator=torch.Generator().manual_seed(3))
+    expected, jobs = {}, []
+    for family in sorted(FAMILIES):
+        model = pruned_with_biases(family)
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(model(input_ids=prompts).logits.float(), -1)
+            greedy = model.generate(prompts, max_new_tokens=8, do_sample=False, pad_token_id=0)[:, prompts.shape[1]:]
+        wanted = logprobs[:, :-1].gather(-1, prompts[:, 1:, None])[..., 0]
+        expected[family] = (wanted, greedy.tolist())
+        folder = save(model, None, root / family)
+        jobs.append({"model": str(folder), "dtype": "float32", "enforce_eager": True, "max_model_len": 64,
+                     "skip_tokenizer_init": True, "tasks": [
+                         {"kind": "prompt_logprobs", "windows": prompts.tolist()},
+                         {"kind": "generate", "prompts": prompts.tolist(), "max_tokens": 8}]})
+    # in-process engines with a small KV cache: the same model code, half the start-up
+    fast = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    answers = run_job(vllm_env, {"jobs": jobs, "env": fast})
+    return expected, dict(zip(sorted(FAMILIES), answers))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_vllm_gives_transformers_logprobs_and_greedy_tokens(served, family):
+    expected, answers = served
+    wanted, greedy = expected[family]
+    logprobs, generated = answers[family]["results"]
+    assert torch.allclose(torch.tensor(logprobs["logprobs"]), wanted, atol=2e-4, rtol=0), family
+    assert generated["tokens"] == greedy
+
+
+def test_vllm_plugin_registers_every_pruned_architecture_without_importing_torch(vllm_env):
+    probe = (
+        "import sys, gapprune.serving.vllm_plugin\n"
+        "assert 'torch' not in sys.modules, 'the entry point imported torch'\n"
+        "from vllm import ModelRegistry\n"
+        "from vllm.plugins import load_general_plugins\n"
+        "load_general_plugins()\n"
+        "import json; print(json.dumps(sorted(ModelRegistry.get_supported_archs())))\n"
+    )
+    done = subprocess.run([vllm_env.python, "-c", probe], capture_output=True, text=True, check=True)
+    supported = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert set(ARCHITECTURES) <= supported
+
+
+def test_vllm_refuses_folders_it_cannot_serve(tmp_path, llama):
+    with pytest.raises(ValueError, match="no config.json"):
+        check_servable(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    with pytest.raises(ValueError, match="BertModel"):
+        check_servable(tmp_path)
+    adapter = get_adapter(llama)
+    adapter.prune_mlp_(0, list(range(63)))  # 63 channels: not divisible by 2
+    adapter.record_shapes_()
+    folder = save(llama, None, tmp_path / "pruned")
+    assert check_servable(folder)["architectures"] == ["GapprunedLlamaForCausalLM"]
+    with pytest.raises(ValueError, match="cannot be sharded over 2 ranks: layers \\[0\\]"):
+        check_servable(folder, tensor_parallel=2)
+
+
+def test_kv_heads_fewer_than_ranks_are_replicated_not_refused():
+    shape = {"num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 64}
+    assert not_divisible([shape], 2) == []
+    assert not_divisible([{**shape, "num_key_value_heads": 3, "num_attention_heads": 6}], 2) == [0]
+    assert not_divisible([{**shape, "intermediate_size": 63}], 2) == [0]
