@@ -112,6 +112,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     llm = _engine(job)
     load_s = time.perf_counter() - start
     results = [TASKS[t["kind"]](llm, t) for t in job["tasks"]]
+    del llm  # shut the engine down before the next one (or the exit) starts
     return {"vllm_version": vllm.__version__, "load_s": load_s, "results": results}
 
 
@@ -134,7 +135,11 @@ def main(argv: list[str]) -> int:
     os.environ.update(job.get("env", {}))  # vLLM reads its settings (KV-cache size, processes) at import
     answer: Any = run_jobs(job["jobs"]) if "jobs" in job else run_job(job)
     Path(argv[1]).write_text(json.dumps(answer))
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the engines have shut down; vLLM 0.32's CPU build can abort in its threads' teardown at interpreter exit
+    # ("terminate called without an active exception"), after the answer is safe: end here instead
+    os._exit(0)
 
 
 if __name__ == "__main__":  # vLLM spawns processes that re-import the main module
