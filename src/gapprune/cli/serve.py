@@ -58,10 +58,10 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
         if parity is not None and reference is not None:
             check = parity_record(answer, reference, parity[1], about, env, command)
             records.append(check)
-            print(f"{about['model']}: greedy identical on {check['greedy_identical']} of {check['prompts']} prompts; "
+            print(f"{folder}: greedy identical on {check['greedy_identical']} of {check['prompts']} prompts; "
                   f"ppl vLLM {check['ppl_vllm']:.4f} vs transformers {check['ppl_transformers']:.4f} "
                   f"({100 * check['ppl_rel_diff']:+.4f}%)")
-    for line in speedups([r for r in records if r["kind"] == "serving"], describe(args.vs)["model"] if args.vs else ""):
+    for line in speedups([r for r in records if r["kind"] == "serving"], str(args.vs or "")):
         print(line)
     if args.out:
         write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")

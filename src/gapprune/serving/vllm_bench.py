@@ -34,11 +34,19 @@ def describe(folder: str | Path) -> Record:
     folder = Path(folder)
     plan_file = folder / "plan.json"
     if not plan_file.is_file():
-        return {"model": folder.name, "method": "dense", "ratio": 0.0, "ratio_of": "model"}
+        return {"model": folder.name, "folder": str(folder), "method": "dense", "ratio": 0.0, "ratio_of": "model"}
     plan = json.loads(plan_file.read_text())
     summary, config = plan["summary"], plan["config"]
-    return {"model": folder.name, "method": summary.get("allocator", "gap"), "ratio": config.get("ratio"),
-            "ratio_of": config.get("ratio_of", "model"), "achieved_ratio": summary.get("achieved_ratio")}
+    return {"model": source_model(folder), "folder": str(folder), "method": summary.get("allocator", "gap"),
+            "ratio": config.get("ratio"), "ratio_of": config.get("ratio_of", "model"),
+            "calibration": config.get("calib"), "achieved_ratio": summary.get("achieved_ratio")}
+
+
+def source_model(folder: Path) -> str:
+    """The model a pruned folder came from, as its prune command named it (`run.json`), else the folder's name."""
+    run_file = folder / "run.json"
+    words = json.loads(run_file.read_text()).get("command", "").split() if run_file.is_file() else []
+    return words[words.index("prune") + 1] if "prune" in words[:-1] else folder.name
 
 
 def parity_inputs(tokenizer: Any, data_dir: str | None, *, prompts: int, prompt_tokens: int, windows: int,
@@ -125,14 +133,14 @@ def parity_record(answer: Record, reference: Record, windows: torch.Tensor, abou
             "date": datetime.date.today().isoformat()}
 
 
-def speedups(records: list[Record], dense_model: str) -> list[str]:
+def speedups(records: list[Record], dense_folder: str) -> list[str]:
     """Lines of pruned throughput against the dense folder's, batch by batch."""
-    dense = {r["batch"]: r["tokens_per_s"] for r in records if r["model"] == dense_model}
+    dense = {r["batch"]: r["tokens_per_s"] for r in records if r["folder"] == dense_folder}
     lines = []
     for r in records:
         extra = ""
-        if r["model"] != dense_model and r["batch"] in dense:
+        if r["folder"] != dense_folder and r["batch"] in dense:
             extra = f"  {r['tokens_per_s'] / dense[r['batch']]:.2f}x dense"
-        lines.append(f"{r['model']} (vLLM {r['vllm_version']}) batch {r['batch']}: {r['tokens_per_s']:.1f} tok/s, "
+        lines.append(f"{r['folder']} (vLLM {r['vllm_version']}) batch {r['batch']}: {r['tokens_per_s']:.1f} tok/s, "
                      f"first token of {r['ttft_ms']:.0f} ms{extra}")
     return lines
