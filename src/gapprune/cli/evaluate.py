@@ -129,6 +129,10 @@ class EvalCommand:
                        "model's weights), so a stopped evaluation resumes where it stopped when run again with the same DIR")
         p.add_argument("--out", default=None, help="write JSON records and a markdown table next to it (and, with "
                        "humaneval, every task's completion and result as .humaneval.jsonl)")
+        p.add_argument("--generation", choices=("auto", "vllm", "transformers"), default="auto",
+                       help="what generates HumanEval's completions: vLLM (all problems in one batch; auto picks it "
+                       "when --vllm-python or $GAPPRUNE_VLLM_PYTHON finds vLLM and the model is a folder) or transformers")
+        p.add_argument("--vllm-python", default=None, help="the interpreter of vLLM's environment")
         p.set_defaults(run=EvalCommand.run)
 
     @staticmethod
@@ -163,18 +167,25 @@ class EvalCommand:
             load_problems(args.data_dir)  # a missing data file: before the model loads
         for dataset in datasets:
             check_source(dataset)
-        model, found = load(args.model, device=args.device, dtype=args.dtype)
-        tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
+        generation = humaneval_generation(args) if code_tasks else "transformers"
+        model, tokenizer = None, None
+        if datasets or tasks or generation == "transformers":
+            model, found = load(args.model, device=args.device, dtype=args.dtype)
+            tokenizer = require_tokenizer(found, args.model, "evaluation reads text")
         records = [{**r, **label} for r in eval_records(
             model, tokenizer, args.model, datasets=datasets, tasks=tasks, seq_len=seq_len,
             max_windows=args.max_windows, limit=args.limit, batch_size=args.batch_size, data_dir=args.data_dir,
             resume=args.resume,
-        )]
+        )] if model is not None and tokenizer is not None else []
         humaneval = None
         if "humaneval" in code_tasks:
-            humaneval = evaluate_humaneval(model, tokenizer, data_directory=args.data_dir, limit=args.limit,
-                                           batch_size=args.batch_size)
-            records.append({"model": args.model, **humaneval.to_record(args.limit), **label})
+            if generation == "vllm" or model is None or tokenizer is None:
+                humaneval = humaneval_in_vllm(args)
+            else:
+                humaneval = evaluate_humaneval(model, tokenizer, data_directory=args.data_dir, limit=args.limit,
+                                               batch_size=args.batch_size)
+            records.append({"model": args.model, **humaneval.to_record(args.limit), "generation": generation,
+                            **label})
             print(f"humaneval pass@1 {humaneval.pass_at_1:.4f} ({humaneval.passed}/{len(humaneval.results)})")
         table = eval_table(records)
         print(table)
@@ -185,6 +196,38 @@ class EvalCommand:
                 write_file_atomically(Path(args.out).with_suffix(".humaneval.jsonl"),
                                       "".join(json.dumps(row) + "\n" for row in humaneval.task_rows()))
         return 0
+
+
+def humaneval_generation(args: argparse.Namespace) -> str:
+    """vLLM when asked, or (auto) when it is found and the model is a folder it can serve; else transformers."""
+    if args.generation != "auto":
+        return str(args.generation)
+    from gapprune.serving.vllm_runtime import check_servable, find_vllm
+
+    try:
+        check_servable(resolve_model_source(args.model))
+        find_vllm(args.vllm_python)
+    except (ValueError, OSError):
+        return "transformers"
+    return "vllm"
+
+
+def resolve_model_source(spec: str) -> str:
+    from gapprune.models.loading import resolve_model_source as resolve
+
+    return str(resolve(spec, None))
+
+
+def humaneval_in_vllm(args: argparse.Namespace) -> Any:
+    from transformers import AutoTokenizer
+
+    from gapprune.evaluate.humaneval import generate_completions_vllm, load_problems, score
+
+    folder = resolve_model_source(args.model)
+    problems = load_problems(args.data_dir)[: args.limit]
+    completions = generate_completions_vllm(folder, AutoTokenizer.from_pretrained(folder), problems,
+                                            vllm_python=args.vllm_python)
+    return score(completions, problems)
 
 
 class BenchCommand:

@@ -9,7 +9,8 @@ A job: {"model": folder, "dtype": "float32", "enforce_eager": true, "max_model_l
         "tensor_parallel_size": int, "skip_tokenizer_init": bool, "tasks": [task, ...]}, or {"jobs": [job, ...]}
 for several folders in one process; either may carry "env": {name: value} for vLLM's environment
 variables (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported. Tasks:
-    {"kind": "generate", "prompts": [[ids]], "max_tokens": int}          -> {"tokens": [[ids]]}
+    {"kind": "generate", "prompts": [[ids]], "max_tokens": int, "stop": [str]?}
+                                                                          -> {"tokens": [[ids]], "texts"?: [str]}
     {"kind": "prompt_logprobs", "windows": [[ids]]}                       -> {"logprobs": [[float]]}
     {"kind": "throughput", "batches": [int], "prompt": [ids], "new_tokens": int, "repeats": int}
                                                                           -> {"runs": [{batch, tokens_per_s}]}
@@ -44,11 +45,16 @@ def _prompts(ids: list[list[int]]) -> list[Any]:
 
 
 def generate(llm: Any, task: dict[str, Any]) -> dict[str, Any]:
+    """Greedy continuations; with "stop" strings, also their text, cut before the first stop."""
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], detokenize=False)
-    outputs = llm.generate(_prompts(task["prompts"]), params, use_tqdm=False)
-    return {"tokens": [list(o.outputs[0].token_ids) for o in outputs]}
+    stop = task.get("stop")
+    params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], stop=stop, detokenize=bool(stop))
+    outputs = llm.generate(_prompts(task["prompts"]), params, use_tqdm=task.get("progress", False))
+    answer: dict[str, Any] = {"tokens": [list(o.outputs[0].token_ids) for o in outputs]}
+    if stop:
+        answer["texts"] = [o.outputs[0].text for o in outputs]
+    return answer
 
 
 def prompt_logprobs(llm: Any, task: dict[str, Any]) -> dict[str, Any]:
