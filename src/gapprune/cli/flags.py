@@ -32,7 +32,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=literal_help(help_text))
         else:
-            parser.add_argument(flag, type=kind, default=default, required=required, help=literal_help(help_text))
+            parser.add_argument(flag, type=kind, default=None if name in optional else default, required=required,
+                                help=literal_help(help_text))
 
 
 def config_from(args: argparse.Namespace, cls: type) -> Any:

@@ -38,7 +38,7 @@ class PruneCommand:
         p.add_argument("--offload", choices=("auto", "on", "off"), default="auto",
                        help="keep the decoder layers of a local safetensors folder on disk, one in memory at a time "
                        "(auto: when the run would take over half the free memory where the weights live: the GPU's, else the host's)")
-        add_config_flags(p, PruneConfig, optional=("ratio",))  # --plan carries its own ratio
+        add_config_flags(p, PruneConfig, optional=("ratio", "calib"))  # --plan carries its own ratio; calib: below
         add_budget_flags(p)  # --speedup / --max-memory: a runtime budget instead of --ratio
         p.set_defaults(run=PruneCommand.run)
 
@@ -74,9 +74,13 @@ class PruneCommand:
             if not isinstance(ratio, (int, float)):
                 raise ValueError(f"{args.plan} names no ratio (config.ratio or summary.achieved_ratio); pass --ratio")
             args.ratio = float(ratio)
+        calib_named = args.calib is not None
+        args.calib = args.calib or PruneConfig.calib  # the general default; the domain's is chosen below
         config = config_from(args, PruneConfig)
         check_output(args.out, overwrite=args.overwrite)
         model_config = check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
+        if not calib_named and plan_in is None:
+            config = calibration_for_domain(args.model, model_config, config)
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         check_calibration_sources(config)  # a missing --calib or --eval file: now, not after the model loads
         datasets = [d for d in args.eval.split(",") if d]
@@ -145,6 +149,22 @@ class PruneCommand:
         return 0
 
 
+def calibration_for_domain(spec: str, model_config: Any, config: PruneConfig) -> PruneConfig:
+    """The config with the calibration text for the model's domain when none was named (a code model: `code`),
+    saying so in one line before the work."""
+    import dataclasses
+
+    from gapprune.data.domain import CODE_SET, default_calibration
+    from gapprune.data.sources import TEXT_SETS, data_dir
+
+    folder = data_dir(config.data_dir)
+    code_file = TEXT_SETS[CODE_SET].local[TEXT_SETS[CODE_SET].calibration_split]
+    choice = default_calibration(spec, model_config, folder is not None and (folder / code_file).is_file())
+    if choice.message:
+        print(choice.message, file=sys.stderr)
+    return dataclasses.replace(config, calib=choice.calib)
+
+
 class ProfileCommand:
     """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
 
@@ -157,7 +177,7 @@ class ProfileCommand:
         p.add_argument("model", help="hub id, local folder, .gguf file or alias (smollm2-135m)")
         p.add_argument("--out", required=True, help="profile folder (written atomically)")
         p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
-        add_config_flags(p, PruneConfig, skip=ProfileCommand.not_profile_settings)
+        add_config_flags(p, PruneConfig, skip=ProfileCommand.not_profile_settings, optional=("calib",))
         p.set_defaults(run=ProfileCommand.run)
 
     @staticmethod
@@ -168,11 +188,15 @@ class ProfileCommand:
         from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
 
+        calib_named = args.calib is not None
+        args.calib = args.calib or PruneConfig.calib  # the general default; the domain's is chosen below
         settings = {name: getattr(args, name) for name, *_ in config_fields(PruneConfig)
                     if name not in ProfileCommand.not_profile_settings}
         config = PruneConfig(ratio=0.5, allocator="gap", compensate="none", **settings)  # ratio: any, not used
         check_output(args.out, overwrite=args.overwrite)
-        check_prunable(args.model)
+        model_config = check_prunable(args.model)
+        if not calib_named:
+            config = calibration_for_domain(args.model, model_config, config)
         check_supported(config, streamed=False)
         check_calibration_sources(config)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
