@@ -14,6 +14,7 @@ from gapprune.cli import main
 from gapprune.data import consecutive_windows, load_text, tokenize_text
 from gapprune.evaluate.perplexity import perplexity
 from gapprune.models import get_adapter
+from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def smollm2():
     try:
         return gapprune.load("smollm2-135m")
     except FileNotFoundError as err:
-        pytest.skip(str(err))
+        skip_or_fail(str(err))
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,7 @@ from pathlib import Path
 import pytest
 
 from gapprune.serving.vllm_runtime import VllmEnvironment, find_vllm
-
-STRICT_ENV = "GAPPRUNE_STRICT"  # set by .ci/run: a test that cannot run there fails instead of skipping
-
-
-def skip_or_fail(reason: str) -> None:
-    if os.environ.get(STRICT_ENV):
-        pytest.fail(f"{reason} (and ${STRICT_ENV} is set, so this cannot be skipped)")
-    pytest.skip(reason)
-
+from tests.conftest import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,6 +17,7 @@ import torch
 import gapprune
 from gapprune.export.save import save
 from gapprune.models import get_adapter
+from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,7 @@ def pruned_smollm2(tmp_path_factory) -> tuple[Path, str]:
     try:
         model, tokenizer = gapprune.load("smollm2-135m")
     except FileNotFoundError as err:
-        pytest.skip(str(err))
+        skip_or_fail(str(err))
     adapter = get_adapter(model)
     adapter.prune_attention_(3, [0, 1, 2, 6, 7, 8])  # 2 of 3 KV groups
     adapter.prune_attention_(5, [])
