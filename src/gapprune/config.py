@@ -54,6 +54,7 @@ class PruneConfig:
     refine: int = field(default=0, metadata={"help": "re-profile around the plan and re-solve this many times (gap only)"})
     check_samples: int = field(default=8, metadata={"help": "held-out calibration windows on which the plan's predicted summed ΔL is checked against the pruned model's measured one (0: no check)"})
     seed: int = field(default=0, metadata={"help": "seed for calibration sampling"})
+    tp: int = field(default=1, metadata={"help": "tensor-parallel ranks the pruned model will be served on (vLLM --tensor-parallel-size): every layer keeps query heads, KV heads and MLP channels that split evenly over them"})
     data_dir: str | None = field(default=None, metadata={"help": "data folder (else $GAPPRUNE_DATA, else the hub)"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
     dtype: str = field(default="auto", metadata={"help": "the weights' dtype from load to the saved folder: auto (the checkpoint's own on a GPU, float32 on a CPU)|float32|bfloat16|float16; losses, statistics and solves accumulate in float32"})
@@ -71,7 +72,7 @@ class PruneConfig:
     def __post_init__(self) -> None:
         if not 0 < self.ratio < 1:
             raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of parameters), got {self.ratio}")
-        for name in ("calib_samples", "profile_samples", "seq_len", "batch_size"):
+        for name in ("calib_samples", "profile_samples", "seq_len", "batch_size", "tp"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 1 <= self.screen_samples <= self.profile_samples:

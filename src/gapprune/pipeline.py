@@ -18,6 +18,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals
+from gapprune.allocate.shards import check_sharded, shardable_table
 from gapprune.allocate.table import LossTable
 from gapprune.budget import Budget
 from gapprune.budgets.budget import allocate_budget
@@ -45,11 +46,24 @@ TableSolver = Callable[[LossTable], Allocation]  # a loss table's allocation und
 
 
 def solver(budget: Budget, allocator: str, total_params: int, decoder_params: int,
-           signals: LayerSignals | None = None, costs: RuntimeCosts | None = None) -> TableSolver:
+           signals: LayerSignals | None = None, costs: RuntimeCosts | None = None, tp: int = 1) -> TableSolver:
     """The one solve: a loss table's allocation under `budget`, by `allocator`.
 
     A ratio or a parameter count is solved in parameters (any allocator); a speedup or a memory size
-    by GAP's DP over the runtime's measured costs (`costs`, from `budgets/`)."""
+    by GAP's DP over the runtime's measured costs (`costs`, from `budgets/`). `tp` > 1: only options whose
+    kept counts split over that many tensor-parallel ranks (GAP's DP only)."""
+    if tp > 1:
+        if allocator != "gap":
+            raise ValueError(f"--tp {tp} restricts GAP's DP to shardable options; the {allocator} allocator "
+                             "does not choose by the table's options")
+        whole = solver(budget, allocator, total_params, decoder_params, signals, costs)
+
+        def sharded(table: LossTable) -> Allocation:
+            allocation = whole(shardable_table(table, tp))
+            check_sharded(allocation.choice, table, tp)
+            return allocation
+
+        return sharded
     if budget.in_runtime:
         if allocator != "gap":
             raise ValueError(f"a {budget.kind} budget is solved by the gap allocator's DP over runtime costs, "
@@ -86,7 +100,7 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
     decoder = adapter.decoder_params()
 
     def complete_for() -> Callable[[LossTable], dict[str, list[int]]]:  # what the auto profiler completes for
-        gap = solver(budget, "gap", total, decoder, None, costs)
+        gap = solver(budget, "gap", total, decoder, None, costs, config.tp)
         return lambda table: gap(table).choice
 
     completes = config.profiler == "auto" and needs_loss_table(config)
@@ -106,7 +120,8 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
             for phases in (run_timings, profile.timings):
                 phases["profiling"] = round(phases.get("profiling", 0.0) + growth["profiling"], 3)
     with timed(run_timings, "allocation"):
-        solve = solver(budget, config.allocator, profile.total_params, profile.decoder_params, profile.signals, costs)
+        solve = solver(budget, config.allocator, profile.total_params, profile.decoder_params, profile.signals, costs,
+                       config.tp)
         allocation = solve(profile.table)
         if config.refine:
             if calibration is None:

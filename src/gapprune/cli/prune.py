@@ -169,7 +169,7 @@ class ProfileCommand:
     """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
 
     name = "profile"
-    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine")
+    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine", "tp")
 
     @staticmethod
     def add(sub: Any) -> None:
