@@ -16,8 +16,7 @@ PARITY_WINDOWS, PARITY_SEQ_LEN = 64, 128
 def bench_in_vllm(args: argparse.Namespace) -> int:
     import torch
 
-    from gapprune.export.output import check_output, write_file_atomically
-    from gapprune.serving.vllm_bench import (
+    from gapprune.evaluate.serving import (
         describe,
         parity_inputs,
         parity_record,
@@ -26,6 +25,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
         speedups,
         transformers_side,
     )
+    from gapprune.export.output import check_output, write_file_atomically
     from gapprune.serving.vllm_runtime import check_servable, find_vllm
 
     folders = [args.model] + ([args.vs] if args.vs else [])

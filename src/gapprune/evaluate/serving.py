@@ -65,10 +65,10 @@ def parity_inputs(tokenizer: Any, data_dir: str | None, *, prompts: int, prompt_
 def transformers_side(folder: str, prompts: list[list[int]], windows: torch.Tensor, new_tokens: int) -> Record:
     """Greedy continuations (one prompt at a time: no padding; up to `new_tokens` or the end-of-sequence token,
     where vLLM stops too) and the perplexity, in float32 transformers."""
-    from gapprune.api import load
     from gapprune.evaluate.perplexity import perplexity
+    from gapprune.models.loading import load_model
 
-    model, tokenizer = load(folder, dtype="float32")
+    model, tokenizer = load_model(folder, dtype="float32")
     pad = tokenizer.pad_token_id if tokenizer is not None else 0
     continuations = []
     with torch.inference_mode():
