@@ -103,3 +103,49 @@ def test_no_module_imports_itself_back():
 
 def test_no_package_reaches_itself_back():
     assert cycles(package_graph(import_graph())) == []
+
+
+# The floors of the house, bottom first: a package may import only packages on floors below its own
+# (several on one floor know nothing of each other). A new package takes the lowest floor its imports allow.
+FLOORS: list[tuple[str, ...]] = [
+    ("config", "values", "lazy", "components", "phases", "registry", "data", "serving"),
+    ("models",),
+    ("allocate", "engine"),
+    ("budget", "distributed", "calibrate"),
+    ("refit", "importance"),
+    ("options",),
+    ("prune",),
+    ("evaluate",),
+    ("export",),
+    ("profiling", "budgets"),
+    ("pipeline",),
+    ("api",),
+    ("tune",),
+    ("cli",),
+    ("__main__",),
+]
+
+
+def upward_imports(packages: dict[str, set[str]], floors: list[tuple[str, ...]]) -> list[str]:
+    """Every import of a package on its own floor or above, and every package no floor names."""
+    floor = {name: level for level, names in enumerate(floors) for name in names}
+    found = [f"{p} is on no floor" for p in sorted(packages) if p not in floor]
+    for source, targets in sorted(packages.items()):
+        for target in sorted(targets):
+            if target not in floor:
+                found.append(f"{target} is on no floor")
+            elif source in floor and floor[target] >= floor[source]:
+                found.append(f"{source} (floor {floor[source]}) imports {target} (floor {floor[target]})")
+    return found
+
+
+def test_every_import_points_down_the_declared_floors():
+    assert upward_imports(package_graph(import_graph()), FLOORS) == []
+
+
+def test_the_direction_check_sees_an_upward_import():
+    packages = package_graph(import_graph())
+    packages["models"] = packages["models"] | {"profiling"}  # models reaching up into profiling
+    assert upward_imports(packages, FLOORS) == ["models (floor 1) imports profiling (floor 9)"]
+    packages["newpackage"] = {"models"}
+    assert "newpackage is on no floor" in upward_imports(packages, FLOORS)
