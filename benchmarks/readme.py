@@ -47,7 +47,9 @@ def main_job(records: Records) -> str:
     job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
                  kind="main_job")
     phases, where = job["phases"], job.get("run_machine") or job["machine"]  # run.json's machine, or an older record's
-    setup = latest(records["main_job"], "a CI run", kind="ci")
+    # what scripts/setup.sh alone adds: a CI run that did not also set up vLLM's environment
+    setup = latest([r for r in records["main_job"] if "scripts/setup_vllm.sh" not in r.get("setup", [])], "a CI run",
+                   kind="ci")
     return (
         f"    scripts/setup.sh && GAPPRUNE_DATA=${{GAPPRUNE_DATA:-../shared/data}} .venv/bin/gapprune {MAIN_JOB}\n\n"
         f"{duration(job['wall_s'])} on {where['cores']} cores ({where['processor']}, "
@@ -60,7 +62,8 @@ def main_job(records: Records) -> str:
 
 def tests(records: Records) -> str:
     ci = latest(records["main_job"], "a CI run", kind="ci")
-    return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}), "
+    vllm = ", vLLM's environment included" if "scripts/setup_vllm.sh" in ci.get("setup", []) else ""
+    return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}{vllm}), "
             f"{duration(ci['tests_s'])} of it the {ci['passed']} tests (`slow` real-model ones and mypy on `src/` "
             f"included; {ci['deselected']} `gpu` and `network` ones deselected).\n")
 

@@ -140,3 +140,14 @@ def test_ppl_resume_keeps_the_scored_windows_in_the_given_folder(tiny_model_fold
     assert main(argv) == 0
     again = json.loads(out.read_text())
     assert (first["windows_resumed"], again["windows_resumed"]) == (0, 3) and again["ppl"] == first["ppl"]
+
+
+def test_the_report_counts_the_biases_compensation_added():
+    from gapprune.evaluate.report import added_bias_lines
+
+    summary = {"params_after": 100_885_824, "params_after_with_added_biases": 100_903_104}
+    assert added_bias_lines(summary) == [
+        ("- the saved model holds 100,903,104 parameters: the 17,280 output-projection biases compensation added "
+        "are not counted in the removed share above")]
+    assert added_bias_lines({"params_after": 10, "params_after_with_added_biases": 10}) == []
+    assert added_bias_lines({"params_after": 10}) == []

@@ -32,6 +32,15 @@ def plan_check_lines(check: dict[str, Any] | None) -> list[str]:
     )]
 
 
+def added_bias_lines(summary: dict[str, Any]) -> list[str]:
+    """The parameters compensation adds (output-projection biases): in the saved model, not in the ratio."""
+    with_biases = summary.get("params_after_with_added_biases")
+    if not with_biases or with_biases == summary["params_after"]:
+        return []
+    return [(f"- the saved model holds {with_biases:,} parameters: the {with_biases - summary['params_after']:,} "
+            "output-projection biases compensation added are not counted in the removed share above")]
+
+
 def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[str, Any]] | None = None) -> str:
     s = plan.summary
     lines = [
@@ -42,6 +51,7 @@ def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[s
          f"(removed {s['params_removed']:,} = {100 * s['achieved_ratio']:.2f}% of the model, "
          f"{100 * s['decoder_ratio']:.2f}% of the decoder layers; "
          f"target {target(plan)})"),
+        *added_bias_lines(s),
         f"- predicted summed ΔL: {s.get('predicted_loss', float('nan')):.4f}",
         *plan_check_lines(s.get("plan_check")),
         "",
