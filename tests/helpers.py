@@ -10,7 +10,7 @@ import torch
 
 from gapprune.config import PruneConfig
 from gapprune.pipeline import Calibration, Profile, calibrate_on, plan_for
-from gapprune.prune import Plan
+from gapprune.pruning import Plan
 
 
 @dataclass

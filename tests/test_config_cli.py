@@ -72,12 +72,12 @@ def test_the_command_line_parses_without_loading_torch_or_transformers():
     for script in (help_run, parse):
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
         assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout[-300:] + run.stderr[-300:]
-    import gapprune.prune.plan  # the subpackage named like the function, imported first
+    import gapprune.pruning.plan  # the subpackage whose code the function runs, imported first
     import gapprune.tune
-    import gapprune.tune.distill  # the module named like the function, imported first
+    import gapprune.tune.distillation  # the module whose code the function runs, imported first
     from gapprune.tune import distill
 
-    assert callable(gapprune.prune) and callable(gapprune.load) and gapprune.Plan is sys.modules["gapprune.prune.plan"].Plan
+    assert callable(gapprune.prune) and callable(gapprune.load) and gapprune.Plan is sys.modules["gapprune.pruning.plan"].Plan
     assert callable(distill) and callable(gapprune.tune.distill) and gapprune.tune.TuneConfig().rank == 8
     with pytest.raises(AttributeError, match="no attribute 'loads'"):
         gapprune.loads  # noqa: B018

@@ -114,7 +114,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("budget", "distributed", "calibrate"),
     ("refit", "importance"),
     ("options",),
-    ("prune",),
+    ("pruning",),
     ("evaluate",),
     ("export",),
     ("profiling", "budgets"),

@@ -6,8 +6,8 @@
     gapprune.save(model, tokenizer, "pruned/")
 
 The names are imported on first use (PEP 562), so the command line's parsing, `gapprune --help` included, does not
-wait seconds for torch and transformers. `gapprune.prune` is the function whatever is imported when, though the
-subpackage of that name is imported too (`lazy.lazy_names`).
+wait seconds for torch and transformers. `gapprune.prune` is the function; the plan and surgery code it runs is the
+subpackage `gapprune.pruning`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from gapprune.config import PruneConfig
     from gapprune.evaluate.perplexity import evaluate_ppl
     from gapprune.export.save import save
-    from gapprune.prune.plan import Plan
+    from gapprune.pruning.plan import Plan
 
 _HOMES = {"load": "gapprune.api", "prune": "gapprune.api", "PruneConfig": "gapprune.config",
-          "evaluate_ppl": "gapprune.evaluate.perplexity", "save": "gapprune.export.save", "Plan": "gapprune.prune.plan"}
+          "evaluate_ppl": "gapprune.evaluate.perplexity", "save": "gapprune.export.save", "Plan": "gapprune.pruning.plan"}
 
 __version__ = "0.1.0"
 __all__ = ["Plan", "PruneConfig", "evaluate_ppl", "load", "prune", "save"]

@@ -30,7 +30,7 @@ from gapprune.phases import timed
 from gapprune.pipeline import Profile, calibrate, plan_for, profile_model, prune_model_
 from gapprune.profiling.calibration import held_out_ids
 from gapprune.profiling.profilers import check_supported
-from gapprune.prune.plan import Plan
+from gapprune.pruning.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def check_prunable(spec: str, plan: Plan | None = None) -> Any:
     not fit it (one line, no traceback); returns the model's config for further checks."""
     from gapprune.models.adapter import ADAPTERS
     from gapprune.models.loading import read_config, resolve_model_source
-    from gapprune.prune.validate import check_plan, shapes_from_config
+    from gapprune.pruning.validate import check_plan, shapes_from_config
 
     config = read_config(resolve_model_source(spec))
     ADAPTERS.adapter_class(config)

@@ -32,9 +32,9 @@ from gapprune.profiling.calibration import Calibration, calibrate, calibrate_on,
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
 from gapprune.profiling.profile import Profile, profile_model
 from gapprune.profiling.tables import complete_table, needs_loss_table
-from gapprune.prune import Plan, make_plan
-from gapprune.prune.compensate import prune_and_compensate_
-from gapprune.prune.sequential import prune_sequentially_
+from gapprune.pruning import Plan, make_plan
+from gapprune.pruning.compensate import prune_and_compensate_
+from gapprune.pruning.sequential import prune_sequentially_
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ exactly the units. With X the dense input of that projection on calibration toke
 
 Neither may make things worse: the reconstruction error of the result is checked on held-out
 calibration batches (a second Gram matrix) and the original weights are kept when it rises.
-Nothing here changes a model: prune/compensate.py applies a refit after surgery, and the
+Nothing here changes a model: pruning/compensate.py applies a refit after surgery, and the
 compensation-aware loss table replays one (`compensated_projection`).
 """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gapprune.allocate
 
-FORBIDDEN = ("gapprune.models", "gapprune.calibrate", "gapprune.importance", "gapprune.profiling", "gapprune.prune",
+FORBIDDEN = ("gapprune.models", "gapprune.calibrate", "gapprune.importance", "gapprune.profiling", "gapprune.pruning",
              "gapprune.pipeline", "torch")
 
 

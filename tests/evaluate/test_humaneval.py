@@ -132,13 +132,13 @@ def test_eval_routes_humaneval_to_this_scorer_and_writes_its_results(problems, t
     folder, _ = tiny_model_folder
     out = tmp_path / "eval.json"
     argv = ["eval", str(folder), "--ppl", "", "--tasks", "humaneval", "--limit", "2", "--data-dir", str(data_dir),
-            "--out", str(out)]
+            "--out", str(out), "--generation", "transformers"]
     assert main(argv) == 0
     assert asked["limit"] == 2 and asked["data_directory"] == str(data_dir)
     assert "humaneval pass@1 0.5000 (1/2)" in capsys.readouterr().out
     (record,) = json.loads(out.read_text())
     assert record == {"model": str(folder), "task": "humaneval", "metric": "pass@1", "value": 0.5, "passed": 1, "n": 2,
-                      "limit": 2}
+                      "limit": 2, "generation": "transformers"}
     rows = [json.loads(line) for line in out.with_suffix(".humaneval.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["passed"], r["reason"]) for r in rows] == [("HumanEval/0", False, "error"),
                                                                        ("HumanEval/1", True, None)]

@@ -21,7 +21,7 @@ from gapprune.models.loading import load_model
 from gapprune.pipeline import prune_model_
 from gapprune.profiling.batched import build_loss_table_batched
 from gapprune.profiling.loss_table import build_loss_table
-from gapprune.prune import Plan
+from gapprune.pruning import Plan
 from tests.helpers import tiny_run
 
 IDS = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(0))

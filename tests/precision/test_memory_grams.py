@@ -20,7 +20,7 @@ from gapprune.cli import main
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
-from gapprune.prune.compensate import prune_and_compensate_
+from gapprune.pruning.compensate import prune_and_compensate_
 from tests.conftest import tiny_qwen2
 from tests.helpers import tiny_run
 from tests.precision.contracts import IDS

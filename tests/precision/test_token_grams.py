@@ -83,10 +83,10 @@ def test_a_model_pruned_through_token_grams_matches_the_dense_gram_prune(monkeyp
     import importlib
 
     import gapprune.calibrate.gram as gram_module
-    sequential_module = importlib.import_module("gapprune.prune.sequential")  # gapprune.prune: also a function
+    sequential_module = importlib.import_module("gapprune.pruning.sequential")  # gapprune.prune: also a function
     from gapprune.models import get_adapter
     from gapprune.pipeline import prune_model_
-    from gapprune.prune.sequential import prune_sequentially_
+    from gapprune.pruning.sequential import prune_sequentially_
     from tests.conftest import tiny_qwen2
     from tests.helpers import tiny_run
     from tests.precision.contracts import IDS

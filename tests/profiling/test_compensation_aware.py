@@ -13,7 +13,7 @@ from gapprune.engine.metrics import METRICS
 from gapprune.engine.replay import dense_base, replay_stacked
 from gapprune.models import get_adapter
 from gapprune.options import kept_units
-from gapprune.prune.compensate import prune_component_and_compensate_
+from gapprune.pruning.compensate import prune_component_and_compensate_
 from tests.helpers import tiny_run
 
 

@@ -8,7 +8,7 @@ import torch
 
 from gapprune.data import tokenize_text
 from gapprune.tune import DistillConfig, distill
-from gapprune.tune.distill import validation_kl
+from gapprune.tune.distillation import validation_kl
 from gapprune.tune.teacher_text import pack_windows
 from tests.tune.helpers import HELD_OUT, teacher_and_student, text_file
 
@@ -116,7 +116,7 @@ def test_resume_refuses_other_settings(tmp_path):
 
 
 def test_the_cosine_schedule_anneals_over_the_time_budget_or_the_steps():
-    from gapprune.tune.distill import learning_rate_at
+    from gapprune.tune.distillation import learning_rate_at
 
     timed = DistillConfig(lr=1e-3, warmup=4, schedule="cosine", max_seconds=100.0)
     assert learning_rate_at(timed, 0, 10**6, 0.0) == pytest.approx(2.5e-4)  # warm-up: (step + 1) / 4
@@ -131,7 +131,7 @@ def test_the_cosine_schedule_anneals_over_the_time_budget_or_the_steps():
 
 
 def test_wsd_holds_the_rate_then_falls_linearly_to_zero_over_the_last_fraction():
-    from gapprune.tune.distill import learning_rate_at
+    from gapprune.tune.distillation import learning_rate_at
 
     timed = DistillConfig(lr=1e-3, warmup=2, schedule="wsd", decay_fraction=0.25, max_seconds=100.0)
     assert learning_rate_at(timed, 0, 10**6, 0.0) == pytest.approx(5e-4)  # warm-up

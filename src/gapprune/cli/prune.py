@@ -54,7 +54,7 @@ class PruneCommand:
         from gapprune.pipeline import Profile
         from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
-        from gapprune.prune.plan import Plan
+        from gapprune.pruning.plan import Plan
 
         start = time.perf_counter()
         if args.plan and args.profile:

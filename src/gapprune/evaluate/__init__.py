@@ -1,5 +1,3 @@
-"""Evaluation and reporting: perplexity, report.md, plots."""
-
-from gapprune.evaluate.perplexity import PerplexityResult, perplexity
-
-__all__ = ["PerplexityResult", "perplexity"]
+"""Evaluation and reporting: perplexity (`perplexity.py`), zero-shot tasks, HumanEval, serving checks, report.md,
+plots. Import from the modules: the package exports no name, so `import gapprune.evaluate.perplexity as m` gives
+the module."""

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from gapprune.engine.masks import option_masks
 from gapprune.engine.metrics import METRICS
 from gapprune.models import get_adapter
-from gapprune.prune.plan import Plan
+from gapprune.pruning.plan import Plan
 
 
 def _metric_sum(metric: str, dense: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:

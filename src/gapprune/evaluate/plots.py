@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from gapprune.allocate.table import LossTable
-from gapprune.prune.plan import Plan
+from gapprune.pruning.plan import Plan
 
 
 def _pyplot():  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gapprune.prune.plan import Plan
+from gapprune.pruning.plan import Plan
 
 
 def target(plan: Plan) -> str:

@@ -1,5 +1,5 @@
 """Recovery after pruning: LoRA on instruction data (`lora.py`), or distillation from the unpruned
-model (`distill.py`: KL to the teacher's next-token distribution on text with no evaluation data);
+model (`distillation.py`: KL to the teacher's next-token distribution on text with no evaluation data);
 their settings in `configs.py`.
 
 To add a training-text source, extend `teacher_text.training_windows`; a loss, `kd_loss.py`.
@@ -15,11 +15,11 @@ from gapprune.lazy import lazy_names
 
 if TYPE_CHECKING:
     from gapprune.tune.configs import DistillConfig, TuneConfig
-    from gapprune.tune.distill import DistillResult, distill
+    from gapprune.tune.distillation import DistillResult, distill
     from gapprune.tune.lora import TuneResult, lora_tune
 
 _HOMES = {"DistillConfig": "gapprune.tune.configs", "TuneConfig": "gapprune.tune.configs",
-          "DistillResult": "gapprune.tune.distill", "distill": "gapprune.tune.distill",
+          "DistillResult": "gapprune.tune.distillation", "distill": "gapprune.tune.distillation",
           "TuneResult": "gapprune.tune.lora", "lora_tune": "gapprune.tune.lora"}
 
 __all__ = ["DistillConfig", "DistillResult", "TuneConfig", "TuneResult", "distill", "lora_tune"]

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from gapprune.prune.plan import Plan
-from gapprune.prune.validate import check_plan, shapes_from_config
+from gapprune.pruning.plan import Plan
+from gapprune.pruning.validate import check_plan, shapes_from_config
 from tests.conftest import tiny_llama
 from tests.helpers import tiny_run
 
@@ -64,7 +64,7 @@ def test_each_corruption_is_named_with_its_layer_and_the_fix(plan_and_shapes, pr
 
 def test_surgery_refuses_a_plan_that_does_not_fit_instead_of_applying_it(plan_and_shapes):
     from gapprune.models import get_adapter
-    from gapprune.prune import apply_plan_
+    from gapprune.pruning import apply_plan_
 
     plan, _ = plan_and_shapes
     model = tiny_llama(0)

@@ -1,7 +1,7 @@
 """Plans (kept unit ids per layer and component) and the surgery that applies them."""
 
-from gapprune.prune.plan import ComponentPlan, LayerPlan, Plan, make_plan
-from gapprune.prune.surgery import apply_plan_
+from gapprune.pruning.plan import ComponentPlan, LayerPlan, Plan, make_plan
+from gapprune.pruning.surgery import apply_plan_
 
 __all__ = [
     "ComponentPlan",

@@ -23,9 +23,9 @@ from gapprune.config import LSQ_ROWS_FACTOR
 from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
 from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
-from gapprune.prune.compensate import add_summary, new_summary, prune_component_and_compensate_
-from gapprune.prune.plan import Plan
-from gapprune.prune.surgery import check_layers
+from gapprune.pruning.compensate import add_summary, new_summary, prune_component_and_compensate_
+from gapprune.pruning.plan import Plan
+from gapprune.pruning.surgery import check_layers
 from gapprune.refit import COMPENSATIONS, unit_columns
 
 

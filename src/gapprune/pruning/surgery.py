@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gapprune.models.adapter import ModelAdapter
-from gapprune.prune.plan import LayerPlan, Plan
-from gapprune.prune.validate import check_plan
+from gapprune.pruning.plan import LayerPlan, Plan
+from gapprune.pruning.validate import check_plan
 
 
 def apply_plan_(adapter: ModelAdapter, plan: Plan) -> None:

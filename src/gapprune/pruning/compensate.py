@@ -14,8 +14,8 @@ from torch import nn
 from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
 from gapprune.models.adapter import ModelAdapter
-from gapprune.prune.plan import Plan
-from gapprune.prune.surgery import apply_plan_, check_layers
+from gapprune.pruning.plan import Plan
+from gapprune.pruning.surgery import apply_plan_, check_layers
 from gapprune.refit import COMPENSATIONS, refit, unit_columns
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gapprune.models.adapter import LayerShape
-from gapprune.prune.plan import ComponentPlan, Plan
+from gapprune.pruning.plan import ComponentPlan, Plan
 
 
 def shapes_from_config(config: Any) -> list[LayerShape]:

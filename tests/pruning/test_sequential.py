@@ -10,7 +10,7 @@ import torch
 
 from gapprune.models import get_adapter
 from gapprune.pipeline import prune_model_
-from gapprune.prune.plan import Plan
+from gapprune.pruning.plan import Plan
 from tests.helpers import tiny_run
 
 
@@ -65,7 +65,7 @@ def test_gram_passes_that_stop_at_their_projection_fit_what_full_layer_passes_fi
     (the stop disabled) must give bit-identical compensated weights."""
     import importlib
 
-    sequential_module = importlib.import_module("gapprune.prune.sequential")  # gapprune.prune: also a function
+    sequential_module = importlib.import_module("gapprune.pruning.sequential")  # gapprune.prune: also a function
     model, _, run = calibrated
     plan = uniform_plan(run)
     stopped, full = copy.deepcopy(model), copy.deepcopy(model)

@@ -8,7 +8,7 @@ import torch
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
 from gapprune.pipeline import Budget, Profile, allocate, prune_model_, refine_allocation, solver
 from gapprune.profiling.conditional import true_loss
-from gapprune.prune import Plan
+from gapprune.pruning import Plan
 from tests.helpers import tiny_run
 
 
