@@ -40,7 +40,7 @@ from common import ResultLog, bf16_flags
 
 from gapprune.allocate import LayerSignals, LossTable
 from gapprune.api import load
-from gapprune.budget import Budget
+from gapprune.budget import RatioBudget, solver
 from gapprune.calibrate.gram import add_upper_, mirror_upper_, upper_blocks
 from gapprune.config import PruneConfig
 from gapprune.engine import head as head_module
@@ -50,7 +50,7 @@ from gapprune.engine.replay import replay_stacked
 from gapprune.evaluate.timing import median_seconds
 from gapprune.importance.obs import CHANNEL_BLOCKS, channel_order, compacting_order, damped_inverse, obs_order
 from gapprune.models import COMPONENTS
-from gapprune.pipeline import Profile, allocate, calibrate, plan_for, solver
+from gapprune.pipeline import Profile, allocate, calibrate, plan_for
 from gapprune.profiling.auto import auto_table
 from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
@@ -145,7 +145,7 @@ def margins(args: argparse.Namespace, emit) -> None:  # type: ignore[no-untyped-
                              partial(screen_table, calibration, config, calibration.profile_inputs.windows(w, w + 1)))
                   for w in range(windows)] if args.ladder else []
     for ratio in map(float, args.ratios.split(",")):
-        solve = choices_of(solver(Budget.ratio(ratio), "gap", total, decoder))
+        solve = choices_of(solver(RatioBudget(ratio), "gap", total, decoder))
         optimum = solve(exact)
         best = summed(optimum)
         floor = [layer for c in optimum for layer, k in enumerate(optimum[c])  # what an oracle measures alone

@@ -118,7 +118,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("evaluate",),
     ("export",),
     ("profiling", "budgets"),
-    ("pipeline",),
+    ("pipeline", "runtimes"),
     ("api",),
     ("tune",),
     ("cli",),

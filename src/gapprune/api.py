@@ -13,8 +13,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from gapprune.allocate.base import check_ratio_reachable
-from gapprune.budget import Budget
+from gapprune.budget import Budget, RatioBudget
 from gapprune.budgets.table import RuntimeCosts
 from gapprune.calibrate.gram import GramStats
 from gapprune.components import COMPONENTS
@@ -114,9 +113,9 @@ def prune(
     """
     check_supported(config, streamed=is_streamed(model), plan_given=plan is not None)
     adapter = get_adapter(model)
-    if plan is None and (budget is None or budget.kind == "ratio"):
-        check_ratio_reachable(sum(p.numel() for p in model.parameters()), adapter.decoder_params(), config.ratio,
-                              config.ratio_of)
+    if plan is None:
+        budget = budget or RatioBudget(config.ratio, config.ratio_of)
+        budget.check_model(sum(p.numel() for p in model.parameters()), adapter.decoder_params())
         if config.criterion == "obs" and config.compensate != "lsq":
             log.warning("the obs criterion orders units for the re-fit that lsq applies; with compensate=%s "
                         "criterion=activation removes less harmful units (docs/usage.md, Criteria)", config.compensate)

@@ -17,11 +17,9 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from gapprune.allocate import ALLOCATORS, Allocation, LayerSignals
-from gapprune.allocate.shards import check_sharded, shardable_table
+from gapprune.allocate import Allocation
 from gapprune.allocate.table import LossTable
-from gapprune.budget import Budget
-from gapprune.budgets.budget import allocate_budget
+from gapprune.budget import Budget, RatioBudget, TableSolver, solver
 from gapprune.budgets.table import RuntimeCosts
 from gapprune.calibrate.gram import GramStats
 from gapprune.config import PruneConfig
@@ -39,40 +37,7 @@ from gapprune.pruning.sequential import prune_sequentially_
 log = logging.getLogger(__name__)
 
 __all__ = ["Budget", "Calibration", "Profile", "allocate", "calibrate", "calibrate_on", "calibration_ids", "plan_for",
-           "plan_from_allocation", "profile_model", "prune_model_", "refine_allocation", "solver"]
-
-
-TableSolver = Callable[[LossTable], Allocation]  # a loss table's allocation under one budget
-
-
-def solver(budget: Budget, allocator: str, total_params: int, decoder_params: int,
-           signals: LayerSignals | None = None, costs: RuntimeCosts | None = None, tp: int = 1) -> TableSolver:
-    """The one solve: a loss table's allocation under `budget`, by `allocator`.
-
-    A ratio or a parameter count is solved in parameters (any allocator); a speedup or a memory size
-    by GAP's DP over the runtime's measured costs (`costs`, from `budgets/`). `tp` > 1: only options whose
-    kept counts split over that many tensor-parallel ranks (GAP's DP only)."""
-    if tp > 1:
-        if allocator != "gap":
-            raise ValueError(f"--tp {tp} restricts GAP's DP to shardable options; the {allocator} allocator "
-                             "does not choose by the table's options")
-        whole = solver(budget, allocator, total_params, decoder_params, signals, costs)
-
-        def sharded(table: LossTable) -> Allocation:
-            allocation = whole(shardable_table(table, tp))
-            check_sharded(allocation.choice, table, tp)
-            return allocation
-
-        return sharded
-    if budget.in_runtime:
-        if allocator != "gap":
-            raise ValueError(f"a {budget.kind} budget is solved by the gap allocator's DP over runtime costs, "
-                             f"not by {allocator}")
-        if costs is None:
-            raise ValueError(f"a {budget.kind} budget needs the runtime's cost table (gapprune.budgets)")
-        return lambda table: allocate_budget(table, costs, budget)
-    params = budget.params(total_params, decoder_params)
-    return lambda table: ALLOCATORS.get(allocator)(table, signals, params)
+           "plan_from_allocation", "profile_model", "prune_model_", "refine_allocation"]
 
 
 def plan_for(config: PruneConfig, calibration: Calibration | None = None, profile: Profile | None = None, *,
@@ -92,7 +57,7 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
     """
     run_timings = timings if timings is not None else {}
     config = replace(config, **overrides) if overrides else config
-    budget = budget or Budget.ratio(config.ratio, config.ratio_of)
+    budget = budget or RatioBudget(config.ratio, config.ratio_of)
     adapter = adapter or (calibration.adapter if calibration is not None else None)
     if adapter is None:
         raise ValueError("plan_for needs a calibration or an adapter (the model the plan is for)")
@@ -129,8 +94,7 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
             allocation = refine_allocation(calibration, profile, allocation, solve, config.refine, config.mlp_stride,
                                            margin=config.auto_margin if config.profiler == "auto" else None)
     # the plan records the budget it was solved for; one in other units than a ratio claims no ratio
-    ratio = {"ratio": budget.target, "ratio_of": budget.of} if budget.kind == "ratio" else {"ratio": None}
-    plan = plan_from_allocation(adapter, profile, allocation, {**config.to_dict(), **ratio})
+    plan = plan_from_allocation(adapter, profile, allocation, {**config.to_dict(), **budget.plan_ratio()})
     plan.summary["budget"] = budget.to_record()
     plan.summary["choice"] = allocation.choice  # the option index per component and layer
     plan.summary["chosen_exact"] = profile.table.chosen_exact(allocation.choice)
@@ -139,7 +103,7 @@ def plan_for(config: PruneConfig, calibration: Calibration | None = None, profil
 
 def allocate(profile: Profile, ratio: float, allocator: str, ratio_of: str = "model") -> Allocation:
     """Choose one option per component so that `ratio` of the parameters go: numbers in, numbers out."""
-    return solver(Budget.ratio(ratio, ratio_of), allocator, profile.total_params, profile.decoder_params,
+    return solver(RatioBudget(ratio, ratio_of), allocator, profile.total_params, profile.decoder_params,
                   profile.signals)(profile.table)
 
 
@@ -151,8 +115,9 @@ def refine_allocation(calibration: Calibration, profile: Profile, allocation: Al
     `margin` None measures every option of every component around the plan; a number measures, by
     the auto profiler's rule, only what could change the re-solved plan (the `auto` profiler's way).
     """
-    if allocation.allocator not in ("gap", "gap-speedup", "gap-memory"):
-        raise ValueError("refinement applies to the gap allocator only")
+    if not solve.by_options:
+        raise ValueError("refinement re-solves the table's options around the plan: it applies to the gap allocator "
+                         "only")
     adapter, scores, table, inputs = calibration.adapter, profile.scores, profile.table, calibration.profile_inputs
     best, best_loss = allocation, true_loss(adapter, inputs, scores, table, allocation.choice)
     history = [{"round": 0, "true_loss": best_loss, "predicted_loss": allocation.predicted_loss(table)}]

@@ -21,8 +21,8 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
-        if name != name.lower() or not name.isidentifier():
-            raise ValueError(f"{self.kind} name {name!r} must be a lower-case identifier")
+        if name != name.lower() or not name.replace(".", "_").isidentifier():
+            raise ValueError(f"{self.kind} name {name!r} must be a lower-case identifier (dots allowed: llama.cpp)")
 
         def decorator(obj: T) -> T:
             if name in self._items:

@@ -10,9 +10,8 @@ import pytest
 
 from gapprune.allocate.shards import shardable, shardable_table
 from gapprune.allocate.table import LossTable
-from gapprune.budget import Budget
+from gapprune.budget import ParamsBudget, RatioBudget, solver
 from gapprune.cli import main
-from gapprune.pipeline import solver
 from gapprune.serving.vllm_runtime import check_servable
 
 ATTN = [[2, 2], [2, 1], [1, 2], [1, 1], [0, 0]]  # (KV groups, heads per group) of a 2-group, 2-head layer
@@ -46,7 +45,7 @@ def test_the_dp_with_tp_equals_brute_force_over_shardable_options(seed):
     table = random_table(seed)
     total = int(sum(v[:, -1].sum() for v in table.removed.values()))
     params = int(np.random.default_rng(100 + seed).integers(1, total // 2))
-    allocation = solver(Budget("params", params), "gap", 10 * total, 0, tp=2)(table)
+    allocation = solver(ParamsBudget(params), "gap", 10 * total, 0, tp=2)(table)
     groups = [(c, layer) for layer in range(3) for c in ("attn", "mlp")]
     allowed = {c: [k for k, o in enumerate(table.options[c]) if shardable(c, o, 2)] for c in ("attn", "mlp")}
     best = min(
@@ -69,12 +68,12 @@ def test_a_budget_only_unshardable_options_meet_is_refused():
     table.removed["attn"][:] = 0  # only the MLP widths 9 and 3, which do not split in two, remove anything
     table.removed["mlp"][:, [0, 2, 4]] = 0
     with pytest.raises(ValueError, match="divisible over 2 tensor-parallel ranks"):
-        solver(Budget("params", 1), "gap", 10**6, 0, tp=2)(table)
+        solver(ParamsBudget(1), "gap", 10**6, 0, tp=2)(table)
 
 
 def test_other_allocators_are_refused_with_tp():
     with pytest.raises(ValueError, match="--tp 2"):
-        solver(Budget.ratio(0.25), "uniform", 1000, 0, tp=2)
+        solver(RatioBudget(0.25), "uniform", 1000, 0, tp=2)
 
 
 def test_a_prune_with_tp_2_saves_a_folder_vllm_can_shard_over_2(tiny_model_folder, tmp_path):

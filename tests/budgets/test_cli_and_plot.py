@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from gapprune.budget import Budget
+from gapprune.budget import MemoryBudget, SpeedupBudget
 from gapprune.cli.budgets import add_budget_flags, budget_from_args
 from tests.budgets.test_costs import fitted
 
@@ -15,13 +15,14 @@ def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="smollm2-135m")  # the prune command's positional MODEL
     parser.add_argument("--gguf", default=None)  # and its export path
+    parser.add_argument("--gguf-type", default="f16")
     add_budget_flags(parser)
     return parser.parse_args(list(argv))
 
 
 def test_flags_give_a_speedup_or_a_memory_budget() -> None:
-    assert budget_from_args(parse("--speedup", "2")) == Budget("speedup", 2.0)
-    assert budget_from_args(parse("--max-memory", "250MB", "--context", "4096")) == Budget("memory", 250e6, 4096)
+    assert budget_from_args(parse("--speedup", "2")) == SpeedupBudget(2.0)
+    assert budget_from_args(parse("--max-memory", "250MB", "--context", "4096")) == MemoryBudget(250e6, 4096)
     assert budget_from_args(parse()) is None
     with pytest.raises(ValueError, match="not both"):
         budget_from_args(parse("--speedup", "2", "--max-memory", "1GB"))
@@ -29,7 +30,7 @@ def test_flags_give_a_speedup_or_a_memory_budget() -> None:
         budget_from_args(parse("--verify"))
     with pytest.raises(ValueError, match="pass --gguf FILE.gguf too"):  # before the model loads
         budget_from_args(parse("--max-memory", "250MB", "--verify"))
-    assert budget_from_args(parse("--max-memory", "1MB", "--verify", "--gguf", "x.gguf")) == Budget("memory", 1e6, 4096)
+    assert budget_from_args(parse("--max-memory", "1MB", "--verify", "--gguf", "x.gguf")) == MemoryBudget(1e6, 4096)
 
 
 def test_cost_plot_is_written(tmp_path) -> None:
@@ -46,16 +47,15 @@ def test_cost_plot_is_written(tmp_path) -> None:
 
 
 def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
-    from gapprune.budgets.budget import achieved
-    from gapprune.budgets.microbench import BenchSettings
     from gapprune.cli.budgets import BudgetHook, finish
+    from gapprune.runtimes.llamacpp import LlamaCpp
 
     pytest.importorskip("matplotlib")
     costs = fitted()
     choice = {c: [1] * costs.dims.n_layers for c in costs.options}
-    budget = Budget("speedup", 1.2)
-    hook = BudgetHook(budget, BenchSettings(), costs, plan_summary={
-        "allocation_info": {"predicted": achieved(budget, costs, choice)}, "choice": choice,
+    budget = SpeedupBudget(1.2)
+    hook = BudgetHook(budget, LlamaCpp(LlamaCpp.settings_for("q8_0", 1)), costs, plan_summary={
+        "allocation_info": {"predicted": budget.achieved(costs, choice)}, "choice": choice,
         "chosen_exact": {"exact": 2, "chosen": 2}, "profiler": "auto"})
     (tmp_path / "report.md").write_text("# report\n")
     record = finish(hook, parse("--speedup", "1.2"), tmp_path)
@@ -66,9 +66,9 @@ def test_finish_writes_the_budget_record_and_report_line(tmp_path) -> None:
 
 
 def test_memory_budgets_read_in_a_unit_that_shows_them() -> None:
-    assert Budget("memory", 250e6, 4096).describe(250e6) == "250.00 MB at 4096 tokens"
-    assert Budget("memory", 1000, 4096).describe(1000) == "1.00 kB at 4096 tokens"  # not "0.00 MB"
-    assert Budget("speedup", 1.5).describe(1.5) == "1.500x"
+    assert MemoryBudget(250e6, 4096).describe(250e6) == "250.00 MB at 4096 tokens"
+    assert MemoryBudget(1000, 4096).describe(1000) == "1.00 kB at 4096 tokens"  # not "0.00 MB"
+    assert SpeedupBudget(1.5).describe(1.5) == "1.500x"
 
 
 def test_under_torchrun_only_rank_0_measures_the_runtime_and_the_others_take_its_table(monkeypatch, tmp_path) -> None:
@@ -77,15 +77,18 @@ def test_under_torchrun_only_rank_0_measures_the_runtime_and_the_others_take_its
 
     measured: list[str] = []
     rank_0s_table = object()
-    monkeypatch.setattr(cli_budgets, "costs_for", lambda *a, **k: measured.append("costs") or object())
+    from gapprune.budget import RuntimeBudget
+    from gapprune.runtimes.llamacpp import LlamaCpp
+
+    monkeypatch.setattr(LlamaCpp, "costs", lambda *a, **k: measured.append("costs") or object())
     monkeypatch.setattr(distributed, "all_gather", lambda value: [rank_0s_table, value])
-    monkeypatch.setattr(cli_budgets, "check_reachable", lambda budget, costs: None)  # the stand-in has no costs
+    monkeypatch.setattr(RuntimeBudget, "check_reachable", lambda budget, costs: None)  # the stand-in has no costs
     args = parse("--speedup", "1.5", "--verify", "--gguf", str(tmp_path / "m.gguf"))
-    args.gguf_type, args.profile = "f16", None  # the prune command's own flags
+    args.profile = None  # the prune command's own flag
     for main_rank in (False, True):
         monkeypatch.setattr(distributed, "is_main", lambda main_rank=main_rank: main_rank)
         monkeypatch.setattr("gapprune.export.gguf.export_gguf", lambda *a, **k: measured.append("dense gguf"))
-        hook = cli_budgets.budget_setup(None, None, args, Budget("speedup", 1.5))
+        hook = cli_budgets.budget_setup(None, None, args, SpeedupBudget(1.5))
         assert hook.costs is rank_0s_table
         assert measured == ([] if not main_rank else ["costs", "dense gguf"])
 

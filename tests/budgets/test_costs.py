@@ -7,8 +7,7 @@ import pytest
 
 from gapprune.allocate.knapsack import InfeasibleBudget
 from gapprune.allocate.table import LossTable
-from gapprune.budget import Budget
-from gapprune.budgets.budget import achieved, allocate_budget, parse_size, reachable_range
+from gapprune.budget import MemoryBudget, RuntimeBudget, SpeedupBudget, parse_size
 from gapprune.budgets.microbench import BenchSettings, fit_costs, grid_points
 from gapprune.budgets.runner import check_shapes, default_options
 from gapprune.budgets.table import ModelDims, RuntimeCosts
@@ -80,25 +79,26 @@ def test_memory_counts_weights_and_kv_cache_at_the_context() -> None:
     assert dense == weights + kv
 
 
-@pytest.mark.parametrize("budget", [Budget("speedup", 1.4), Budget("memory", 1, 2048)])
-def test_budgets_are_met_by_prediction(budget: Budget) -> None:
+@pytest.mark.parametrize("budget", [SpeedupBudget(1.4), MemoryBudget(1, 2048)])
+def test_budgets_are_met_by_prediction(budget: RuntimeBudget) -> None:
     costs = fitted()
-    if budget.kind == "memory":
-        low, high = reachable_range(budget, costs)
-        budget = Budget("memory", (low + high) / 2, 2048)
-    allocation = allocate_budget(loss_table(costs), costs, budget)
-    value = achieved(budget, costs, allocation.choice)
-    assert value >= budget.target if budget.kind == "speedup" else value <= budget.target
+    if isinstance(budget, MemoryBudget):
+        low, high = budget.reachable_range(costs)
+        budget = MemoryBudget((low + high) / 2, 2048)
+    allocation = budget.allocate(loss_table(costs), costs)
+    value = budget.achieved(costs, allocation.choice)
+    assert budget.meets(value)
+    assert value >= budget.target if isinstance(budget, SpeedupBudget) else value <= budget.target
 
 
 def test_unreachable_budget_is_refused_with_the_reachable_range() -> None:
     costs = fitted()
-    low, high = reachable_range(Budget("speedup", 2.0), costs)
+    low, high = SpeedupBudget(2.0).reachable_range(costs)
     with pytest.raises(InfeasibleBudget, match=rf"reaches 1.000x to {high:.3f}x"):
-        allocate_budget(loss_table(costs), costs, Budget("speedup", high * 1.05))
-    low, _ = reachable_range(Budget("memory", 1, 4096), costs)
+        SpeedupBudget(high * 1.05).allocate(loss_table(costs), costs)
+    low, _ = MemoryBudget(1, 4096).reachable_range(costs)
     with pytest.raises(InfeasibleBudget, match=r"cannot be reached: this model reaches"):
-        allocate_budget(loss_table(costs), costs, Budget("memory", low * 0.9, 4096))
+        MemoryBudget(low * 0.9, 4096).allocate(loss_table(costs), costs)
 
 
 def test_sizes_parse_in_decimal_and_binary_units() -> None:
@@ -108,11 +108,11 @@ def test_sizes_parse_in_decimal_and_binary_units() -> None:
 
 
 def test_the_one_solver_meets_a_runtime_budget_from_a_loss_table() -> None:
-    """What `plan_for` calls for a speedup budget (`pipeline.solver` with the runtime's costs) meets it
+    """What `plan_for` calls for a speedup budget (`budget.solver` with the runtime's costs) meets it
     from the loss table alone, and the auto profiler completes its table for that same solve."""
-    from gapprune.pipeline import solver
+    from gapprune.budget import solver
 
     costs = fitted()
     table = loss_table(costs)
-    allocation = solver(Budget("speedup", 1.3), "gap", 0, 0, None, costs)(table)
-    assert achieved(Budget("speedup", 1.3), costs, allocation.choice) >= 1.3
+    allocation = solver(SpeedupBudget(1.3), "gap", 0, 0, None, costs)(table)
+    assert SpeedupBudget(1.3).achieved(costs, allocation.choice) >= 1.3

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gapprune.allocate import ALLOCATORS, LossTable, budget_params
+from gapprune.allocate import ALLOCATORS, LossTable
+from gapprune.budget import RatioBudget
 from gapprune.pipeline import plan_for
 from gapprune.profiling.tables import complete_table
 from tests.helpers import tiny_config
@@ -17,7 +18,7 @@ def test_auto_plan_equals_the_exact_plan(auto_exact_run, auto_ids, ratio, screen
     # a margin wide enough for a one-window screen of this random model; SmolLM2 needs 0.1 (docs/performance.md)
     config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=ratio, auto_margin=1.0, screen_stride=screen_stride)
     auto = plan_for(config, auto_exact_run.calibration, checkpoint_dir=tmp_path)[1].table
-    budget = budget_params(auto_exact_run.profile.total_params, ratio)
+    budget = RatioBudget(ratio).params(auto_exact_run.profile.total_params)
     gap = ALLOCATORS.get("gap")
     assert gap(auto, None, budget).choice == gap(auto_exact_run.table, None, budget).choice
     picked = gap(auto, None, budget).choice
@@ -36,7 +37,7 @@ def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(aut
     for c in ("attn", "mlp"):
         assert np.array_equal(loaded.exact[c], first.exact[c])
     config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.4)
-    budget = budget_params(auto_exact_run.profile.total_params, 0.4)
+    budget = RatioBudget(0.4).params(auto_exact_run.profile.total_params)
     second = complete_table(auto_exact_run.calibration, loaded, config, lambda t: ALLOCATORS.get("gap")(t, None, budget).choice)
     for c in ("attn", "mlp"):
         assert (second.exact[c] >= first.exact[c]).all()  # nothing measured before is lost or re-estimated

@@ -227,24 +227,25 @@ def test_a_profile_lends_its_scores_to_the_same_model_and_refuses_other_weights(
 def test_one_budget_value_reaches_plan_for_and_a_parameter_count_is_the_ratio_it_equals():
     """How much goes is one `Budget`: a parameter count plans exactly as the ratio that gives that count,
     the plan records the budget, and a runtime budget without its cost table or with a baseline is refused."""
-    from gapprune.pipeline import Budget, plan_for
+    from gapprune.budget import ParamsBudget, RatioBudget, SpeedupBudget
+    from gapprune.pipeline import plan_for
     from tests.conftest import tiny_llama
     from tests.helpers import tiny_config, tiny_run
 
     ids = torch.randint(0, 256, (8, 24), generator=torch.Generator().manual_seed(4))
     run = tiny_run(tiny_llama(0), ids)
     config = tiny_config(ids)
-    by_ratio, _ = plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget.ratio(0.4))
-    count = Budget("params", run.profile.budget(0.4))
+    by_ratio, _ = plan_for(config, None, run.profile, adapter=run.adapter, budget=RatioBudget(0.4))
+    count = ParamsBudget(run.profile.budget(0.4))
     by_count, _ = plan_for(config, None, run.profile, adapter=run.adapter, budget=count)
     assert by_count.layers == by_ratio.layers != run.plan(config.ratio, config.allocator).layers
     assert by_count.summary["budget"] == count.to_record() and by_count.config["ratio"] is None
     assert by_ratio.config["ratio"] == 0.4 and by_ratio.summary["chosen_exact"]["exact"] == \
         by_ratio.summary["chosen_exact"]["chosen"]  # an exact table: every pick is exact
     with pytest.raises(ValueError, match="cost table"):
-        plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget("speedup", 1.5))
+        plan_for(config, None, run.profile, adapter=run.adapter, budget=SpeedupBudget(1.5))
     with pytest.raises(ValueError, match="gap allocator"):
-        plan_for(config, None, run.profile, adapter=run.adapter, budget=Budget("speedup", 1.5), allocator="uniform")
+        plan_for(config, None, run.profile, adapter=run.adapter, budget=SpeedupBudget(1.5), allocator="uniform")
 
 
 def test_a_plan_names_the_layers_it_empties_and_warns_when_it_empties_them_all(caplog):

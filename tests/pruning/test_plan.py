@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from gapprune.allocate import ALLOCATORS, InfeasibleBudget
-from gapprune.pipeline import Budget, Profile, allocate, prune_model_, refine_allocation, solver
+from gapprune.budget import RatioBudget, solver
+from gapprune.pipeline import Profile, allocate, prune_model_, refine_allocation
 from gapprune.profiling.conditional import true_loss
 from gapprune.pruning import Plan
 from tests.helpers import tiny_run
@@ -85,7 +86,7 @@ def test_ratio_outside_unit_interval_is_rejected(profile):
 
 
 def gap_at(profile, ratio):
-    return solver(Budget.ratio(ratio), "gap", profile.total_params, profile.decoder_params, profile.signals)
+    return solver(RatioBudget(ratio), "gap", profile.total_params, profile.decoder_params, profile.signals)
 
 
 def test_refine_never_returns_a_worse_plan_by_true_loss(run, profile):

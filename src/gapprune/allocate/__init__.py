@@ -8,10 +8,9 @@ needs a per-layer signal that is not in `LayerSignals` yet, add the field there 
 
 from gapprune.allocate import baselines as _baselines  # noqa: F401  (registers uniform, global, depth, owl)
 from gapprune.allocate import gap as _gap  # noqa: F401  (registers gap)
-from gapprune.allocate.base import ALLOCATORS, Allocation, Allocator, budget_params
+from gapprune.allocate.base import ALLOCATORS, Allocation, Allocator
 from gapprune.allocate.knapsack import InfeasibleBudget, solve_knapsack
 from gapprune.allocate.signals import LayerSignals
 from gapprune.allocate.table import LossTable
 
-__all__ = ["ALLOCATORS", "Allocation", "Allocator", "InfeasibleBudget", "LayerSignals", "LossTable", "budget_params",
-           "solve_knapsack"]
+__all__ = ["ALLOCATORS", "Allocation", "Allocator", "InfeasibleBudget", "LayerSignals", "LossTable", "solve_knapsack"]

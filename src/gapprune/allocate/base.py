@@ -98,31 +98,3 @@ def fit_fractions_to_budget(
         else:
             lo = mid
     return choose(hi)[0], hi
-
-
-def budget_params(total_params: int, ratio: float, decoder_params: int = 0, ratio_of: str = "model") -> int:
-    """Parameters to remove: `ratio` of all of them (`ratio_of` model) or of the decoder layers' (decoder,
-    for models whose embedding is most of the weights: Gemma 3 270M's is 63%)."""
-    if not 0 < ratio < 1:
-        raise ValueError(f"ratio must lie strictly between 0 and 1 (a fraction of the parameters), got {ratio}")
-    if ratio_of == "decoder":
-        if decoder_params <= 0:
-            raise ValueError("this profile was saved before decoder parameters were counted; profile again "
-                             "to prune with ratio_of decoder")
-        return round(ratio * decoder_params)
-    return round(ratio * total_params)
-
-
-def check_ratio_reachable(total_params: int, decoder_params: int, ratio: float, ratio_of: str = "model") -> None:
-    """Refuse, before any measuring, a ratio of the model larger than its decoder layers (all that can go).
-
-    Embeddings and the head are never pruned, so on a model whose embedding is a large share (SmolLM2:
-    21%, Gemma 3 270M: 63%) a ratio of the model can ask for more than exists to remove.
-    """
-    wanted = budget_params(total_params, ratio, decoder_params, ratio_of)
-    if wanted > decoder_params:
-        share = decoder_params / total_params
-        raise InfeasibleBudget(f"ratio {ratio} of the model asks to remove {wanted:,} parameters, but only the decoder "
-                               f"layers can be pruned: {decoder_params:,} ({100 * share:.1f}% of the model); use a "
-                               f"ratio below {share:.2f} or a share of the decoder (--ratio-of decoder)")
-

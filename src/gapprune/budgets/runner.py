@@ -15,10 +15,8 @@ from typing import Any
 from gapprune.budgets.measure import time_gguf
 from gapprune.budgets.microbench import (
     BenchSettings,
-    cost_key,
     fit_costs,
     grid_points,
-    load_or_measure,
     measure_points,
 )
 from gapprune.budgets.table import ModelDims, RuntimeCosts
@@ -64,22 +62,6 @@ def default_options(dims: ModelDims, channel_step: int = 0) -> dict[str, list[li
     step = channel_step or default_channel_step(dims.intermediate)
     return {"attn": [list(o) for o in attention_options(dims.n_kv_heads, dims.n_heads // dims.n_kv_heads)],
             "mlp": [[w] for w in mlp_options(dims.intermediate, step)]}
-
-
-def cost_table(model: str, folder: str | Path, settings: BenchSettings, workdir: str | Path,
-               time: bool = True) -> RuntimeCosts:
-    """The cost table of `model` for `settings`, cached in `folder` (a profile folder) per machine and type."""
-    from transformers import AutoConfig
-
-    from gapprune.models.loading import ALIASES, resolve_alias, resolve_model_source
-
-    source = resolve_model_source(model)
-    dims = ModelDims.from_config(AutoConfig.from_pretrained(source))
-    tokenizer_gguf = resolve_alias(model) if model in ALIASES else Path(model)
-    key = {**cost_key(model, settings), "timed": time}
-    options = default_options(dims)
-    return load_or_measure(Path(folder) / cost_file(settings), key,
-                           lambda: measure_costs(dims, options, tokenizer_gguf, settings, Path(workdir), key, time))
 
 
 def speed_ratio(dense: Path, pruned: Path, settings: BenchSettings, verify: dict[str, int]) -> dict[str, Any]:

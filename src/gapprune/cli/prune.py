@@ -62,7 +62,7 @@ class PruneCommand:
         plan_in = Plan.load(args.plan) if args.plan else None
         budget = budget_from_args(args)
         if budget is not None and args.ratio is not None:
-            raise ValueError(f"pass --ratio or --{'speedup' if budget.kind == 'speedup' else 'max-memory'}, not both")
+            raise ValueError(f"pass --ratio or {budget.flag}, not both")
         if budget is not None and plan_in is not None:
             raise ValueError("pass --plan or a budget (--speedup, --max-memory), not both: a plan is applied as it is")
         if budget is not None:

@@ -10,10 +10,10 @@ from gapprune.pruning.plan import Plan
 
 def target(plan: Plan) -> str:
     """The budget the plan was solved for, in its own units (plans saved before budgets: the ratio)."""
-    from gapprune.budget import Budget
+    from gapprune.budget import budget_from_record
 
     if "budget" in plan.summary:
-        return Budget(**plan.summary["budget"]).describe()
+        return budget_from_record(plan.summary["budget"]).describe()
     return f"{100 * (plan.config.get('ratio') or 0):.2f}% of the {plan.config.get('ratio_of', 'model')}"
 
 

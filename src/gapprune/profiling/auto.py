@@ -91,7 +91,7 @@ def auto_table(
             and the options' kept units bound. Called once per round with every
             candidate, so one call per layer replays all of its options together.
         solve: the allocation, working table -> `{component: [k per layer]}` (e.g.
-            `lambda t: ALLOCATORS.get("gap")(t, None, budget_params).choice`).
+            `lambda t: solver(RatioBudget(0.25), "gap", total, decoder)(t).choice`).
         screen: optional, the same signature as `measure` but cheap and noisier (the exact metric on
             a short prefix of the calibration tokens). Estimates that pass the margin test are
             screened first, and only screened entries that still pass are measured exactly.

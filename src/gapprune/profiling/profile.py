@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gapprune.allocate import LayerSignals, LossTable, budget_params
+from gapprune.allocate import LayerSignals, LossTable
+from gapprune.budget import RatioBudget
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.importance import UnitScores
 from gapprune.phases import timed
@@ -41,7 +42,7 @@ class Profile:
 
     def budget(self, ratio: float, ratio_of: str = "model") -> int:
         """Parameters a plan at `ratio` (of the whole model, or of the decoder layers) removes."""
-        return budget_params(self.total_params, ratio, self.decoder_params, ratio_of)
+        return RatioBudget(ratio, ratio_of).params(self.total_params, self.decoder_params)
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapprune.allocate import LossTable
+from gapprune.budget import reads_loss
 from gapprune.config import PruneConfig
 from gapprune.profiling.auto import Solve
 from gapprune.profiling.fisher import measure_fisher
@@ -76,7 +77,7 @@ def check_supported(config: Any, *, streamed: bool, plan_given: bool = False) ->
     plan is applied as it is, so nothing is profiled.
     """
     spec = PROFILERS.get(config.profiler)
-    profiles = not plan_given and config.allocator == "gap"
+    profiles = not plan_given and reads_loss(config.allocator)
     if config.compensation_aware and not spec.compensation_aware:
         supported = " or ".join(name for name in PROFILERS if PROFILERS.get(name).compensation_aware)
         raise ValueError(f"the compensation-aware table is measured by replays: set profiler to {supported} "

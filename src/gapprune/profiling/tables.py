@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gapprune.allocate import LossTable
+from gapprune.budget import reads_loss
 from gapprune.config import TABLE_SETTINGS, PruneConfig
 from gapprune.distributed import all_gather, gather_table, rank, shard_entries, shard_layers, world_size
 from gapprune.engine.masks import Compensated
@@ -58,7 +59,7 @@ def screen_stride_of(adapter: ModelAdapter, config: PruneConfig) -> int:
 
 def needs_loss_table(config: PruneConfig) -> bool:
     """Only GAP reads ΔL; the baselines need the options' parameter costs alone."""
-    return config.allocator == "gap"
+    return reads_loss(config.allocator)
 
 
 def costs_only(calibration: Calibration, config: PruneConfig) -> LossTable:

@@ -6,7 +6,7 @@ environment's interpreter, and reads the answers back. This module imports only 
 library, and one engine answers every task of a job (an engine start costs about a minute on a CPU).
 
 A job: {"model": folder, "dtype": "float32", "enforce_eager": true, "max_model_len": int,
-        "tensor_parallel_size": int, "skip_tokenizer_init": bool, "tasks": [task, ...]}, or {"jobs": [job, ...]}
+        "tensor_parallel_size": int, "skip_tokenizer_init": bool, "load_format": "auto" | "dummy", "tasks": [task, ...]}, or {"jobs": [job, ...]}
 for several folders in one process; either may carry "env": {name: value} for vLLM's environment
 variables (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported. Tasks:
     {"kind": "generate", "prompts": [[ids]], "max_tokens": int, "stop": [str]?}
@@ -35,6 +35,7 @@ def _engine(job: dict[str, Any]) -> Any:
         model=job["model"], dtype=job.get("dtype", "float32"), enforce_eager=job.get("enforce_eager", True),
         max_model_len=job.get("max_model_len", 2048), tensor_parallel_size=job.get("tensor_parallel_size", 1),
         seed=0, disable_log_stats=True, skip_tokenizer_init=job.get("skip_tokenizer_init", False),
+        load_format=job.get("load_format", "auto"),  # "dummy": random weights, for timing shapes without files
     )
 
 
