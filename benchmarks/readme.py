@@ -175,9 +175,24 @@ def recovery(records: Records) -> str:
             "texts measured) took it " + "; ".join(parts) + " (`docs/results/recovery.json`).\n")
 
 
+def skills(records: Records) -> str:
+    """The skill a code model keeps with the calibration gapprune chooses for it (`docs/results/skills.json`)."""
+    dense = latest(records["skills"], "the dense model's HumanEval", method="dense", task="humaneval")
+    pruned = latest(records["skills"], "a pruned model's HumanEval", model=dense["model"], method="gap",
+                    task="humaneval")
+    calibration = str(pruned["calibration"]).split(" ")[0]
+    return ("**Prune for your domain.** The plan keeps what the calibration text needs: a code model (its name says "
+            "coder, starcoder, ...) calibrates on Python source (`--calib code`) unless you name a text, and "
+            f"`gapprune eval DIR --tasks humaneval` measures the skill. {dense['model']} at "
+            f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
+            f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "
+            f"{dense['passed']}/{dense['n']} ({100 * dense['value']:.1f}%; greedy, generated in vLLM, "
+            "`docs/results/skills.json`).\n")
+
+
 BLOCKS: dict[str, Callable[[Records], str]] = {"main-job": main_job, "tests": tests, "hardware": hardware,
                                                "main-job-output": main_job_output, "results": results,
-                                               "recovery": recovery}
+                                               "recovery": recovery, "skills": skills}
 
 
 def render(text: str, records: Records) -> str:
