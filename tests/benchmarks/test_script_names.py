@@ -10,12 +10,19 @@ import pytest
 SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").glob("*.py"))
 
 
+def shadowed(script: Path) -> str | None:
+    """Where the installed module lives that a script of this name would hide, or None."""
+    spec = importlib.util.find_spec(script.stem)
+    return None if spec is None else str(spec.origin)
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_no_benchmark_script_shadows_an_installed_module(script: Path) -> None:
     # benchmarks/gguf.py once hid the gguf package from transformers' GGUF loader
-    spec = importlib.util.find_spec(script.stem)
-    assert spec is None, f"benchmarks/{script.name} shadows the installed module {spec.origin}: rename the script"
+    origin = shadowed(script)
+    assert origin is None, f"benchmarks/{script.name} shadows the installed module {origin}: rename the script"
 
 
 def test_the_check_sees_a_shadowing_name() -> None:
-    assert importlib.util.find_spec("gguf") is not None  # the name that once collided is installed
+    assert shadowed(Path("benchmarks/gguf.py")) is not None  # the name that once collided
+    assert shadowed(Path("benchmarks/no_module_is_called_this.py")) is None
