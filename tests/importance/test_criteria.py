@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
-from gapprune.calibrate.gram import GramStats, gram_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
+from gapprune.calibrate.gram import GramStats, gram_observers
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import CRITERIA, ScoringContext, accumulate_gradients, score_units
 from gapprune.models import get_adapter
@@ -15,9 +15,9 @@ from tests.conftest import tiny_llama
 def _context(model, ids, criterion):
     adapter = get_adapter(model)
     stats, grams = CalibrationStats(), GramStats() if criterion == "obs" else None
-    hooks, gram = stats_hooks(adapter, stats), gram_hooks(adapter, grams) if grams is not None else None
+    hooks, gram = stats_observers(adapter, stats), gram_observers(adapter, grams) if grams is not None else None
     capture_layer_inputs(adapter, ids, batch_size=2, progress=False,
-                         extra_hooks=lambda: hooks() + (gram() if gram is not None else []))
+                         observers=lambda: hooks() + (gram() if gram is not None else []))
     grads = accumulate_gradients(adapter, ids, batch_size=2, progress=False) if criterion == "taylor" else {}
     return ScoringContext(adapter, stats, grads, grams)
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from gapprune.allocate.table import LossTable
-from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.masks import masked_units
 from gapprune.export.save import save
@@ -73,7 +73,7 @@ def batched_equals_reference(model: nn.Module, ids: torch.Tensor, rtol: float, a
     """The batched exact profiler reproduces the one-option-at-a-time reference table."""
     adapter = get_adapter(model)
     stats = CalibrationStats()
-    inputs = capture_layer_inputs(adapter, ids, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    inputs = capture_layer_inputs(adapter, ids, batch_size=2, observers=stats_observers(adapter, stats), progress=False)
     scores = score_units(ScoringContext(adapter, stats, {}), "activation")
     reference = build_loss_table(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2, progress=False)
     batched = build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,
@@ -100,7 +100,7 @@ def replayed_table(model: nn.Module, ids: torch.Tensor, precision: str) -> LossT
     adapter = get_adapter(model)
     stats = CalibrationStats()
     device = next(model.parameters()).device
-    inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, extra_hooks=stats_hooks(adapter, stats),
+    inputs = capture_layer_inputs(adapter, ids.to(device), batch_size=4, observers=stats_observers(adapter, stats),
                                   progress=False)
     scores = score_units(ScoringContext(adapter, stats, {}), "activation")
     return build_loss_table_batched(adapter, inputs, scores, metric="kl", channel_step=32, mlp_stride=2,

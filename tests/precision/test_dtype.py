@@ -152,7 +152,7 @@ def test_a_dequantized_gguf_loads_in_bf16_from_a_bf16_copy_made_once(tmp_path):
 def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measures():
     """The cache keeps bf16 activations in bf16 (half the bytes); every replay casts to the weights'
     dtype, so the table is the same, bit for bit, as from the same numbers held in float32."""
-    from gapprune.calibrate import CalibrationStats, stats_hooks
+    from gapprune.calibrate import CalibrationStats, stats_observers
     from gapprune.engine.capture import LayerInputs, capture_layer_inputs
     from gapprune.importance import ScoringContext, score_units
     from gapprune.models import get_adapter
@@ -160,7 +160,7 @@ def test_a_bf16_cache_of_layer_inputs_measures_what_a_float32_copy_of_it_measure
 
     adapter = get_adapter(as_dtype(tiny_qwen2(), BF16))
     stats = CalibrationStats()
-    inputs = capture_layer_inputs(adapter, IDS, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    inputs = capture_layer_inputs(adapter, IDS, batch_size=2, observers=stats_observers(adapter, stats), progress=False)
     assert inputs.hidden[1][0].dtype == BF16 and inputs.final_hidden[0].dtype == BF16
     upcast = LayerInputs(hidden=[[h.float() for h in per] for per in inputs.hidden], kwargs=inputs.kwargs,
                          final_hidden=[h.float() for h in inputs.final_hidden], input_ids=inputs.input_ids)

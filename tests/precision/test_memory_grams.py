@@ -14,8 +14,8 @@ import json
 
 import torch
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
-from gapprune.calibrate.gram import GramStats, LayerGrams, gram_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
+from gapprune.calibrate.gram import GramStats, LayerGrams, gram_observers
 from gapprune.cli import main
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext, score_units
@@ -31,9 +31,9 @@ def eager_grams(model: torch.nn.Module) -> GramStats:
     adapter, grams, stats = get_adapter(model), GramStats(), CalibrationStats()
 
     def hooks() -> list:
-        return stats_hooks(adapter, stats)() + gram_hooks(adapter, grams)()
+        return stats_observers(adapter, stats)() + gram_observers(adapter, grams)()
 
-    capture_layer_inputs(adapter, IDS, batch_size=2, extra_hooks=hooks, progress=False)
+    capture_layer_inputs(adapter, IDS, batch_size=2, observers=hooks, progress=False)
     return grams
 
 

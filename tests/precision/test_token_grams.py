@@ -2,7 +2,7 @@
 
 A Llama-3-8B MLP is 14,336 wide, so its Gram is 822 MB per half in float32 while 512 calibration
 tokens are 29 MB of rows; OBS and lsq then solve t × t systems (Woodbury). These tests hold both
-forms of one layer and compare orders, refits and errors, and check the switch in `gram_hook`.
+forms of one layer and compare orders, refits and errors, and check the switch in `gram_observer`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from gapprune.calibrate.gram import GramStats, TokenGram, gram_hook, quadratic
+from gapprune.calibrate.gram import GramStats, TokenGram, gram_observer, quadratic
+from gapprune.engine.observe import observing
 from gapprune.importance.obs import obs_order, obs_order_tokens
 from gapprune.refit import (
     affine_error,
@@ -63,13 +64,12 @@ def test_token_space_errors_equal_the_dense_errors():
 
 
 @pytest.mark.parametrize(("tokens", "expect_rows"), [(4, True), (64, False)])
-def test_gram_hook_keeps_rows_only_when_few_tokens_face_a_wide_input(tokens, expect_rows):
+def test_gram_observer_keeps_rows_only_when_few_tokens_face_a_wide_input(tokens, expect_rows):
     linear, stats = nn.Linear(64, 3), GramStats()
-    handle = gram_hook(linear, (0, "mlp"), stats, tokens_per_half=tokens)
     batches = [torch.randn(2, tokens // 2, 64, generator=torch.Generator().manual_seed(b)) for b in range(2)]
-    for batch in batches:
-        linear(batch)
-    handle.remove()
+    with observing([(linear, gram_observer(linear, (0, "mlp"), stats, tokens_per_half=tokens))]):
+        for batch in batches:
+            linear(batch)
     fit = stats.fit[(0, "mlp")]
     assert isinstance(fit, TokenGram) is expect_rows
     expected = batches[0].reshape(-1, 64).T @ batches[0].reshape(-1, 64)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
 from gapprune.calibrate import gram as gram_module
 from gapprune.calibrate.gram import LayerGrams, add_upper_, mirror_upper_, upper_blocks
 from gapprune.engine.capture import LayerInputs, capture_layer_inputs
@@ -56,7 +56,7 @@ def test_a_streamed_model_reads_each_layer_once_in_the_capture_pass(tiny_model_f
     streamer = streamer_of(streamed)
     assert streamer is not None
     adapter, stats = get_adapter(streamed), CalibrationStats()
-    capture_layer_inputs(adapter, IDS, batch_size=1, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    capture_layer_inputs(adapter, IDS, batch_size=1, observers=stats_observers(adapter, stats), progress=False)
     assert streamer.loads == 4  # four batches, four layers: batch by batch, and installing the hooks, it was twenty
     assert stats.get(3, "mlp_out").count > 0  # the hooks, installed on layers not loaded, took their statistics
 

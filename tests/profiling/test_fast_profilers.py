@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.engine.head import dense_reference
 from gapprune.engine.masks import masked_units, stack_kwargs
@@ -28,7 +28,7 @@ from gapprune.profiling.loss_table import build_loss_table
 def _profile_parts(model: torch.nn.Module, ids: torch.Tensor, batch_size: int = 2):
     adapter = get_adapter(model)
     stats = CalibrationStats()
-    inputs = capture_layer_inputs(adapter, ids, batch_size=batch_size, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    inputs = capture_layer_inputs(adapter, ids, batch_size=batch_size, observers=stats_observers(adapter, stats), progress=False)
     return adapter, inputs, score_units(ScoringContext(adapter, stats, {}), "activation")
 
 

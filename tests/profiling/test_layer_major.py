@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
 from gapprune.engine.capture import capture_layer_inputs
 from gapprune.importance import ScoringContext, score_units
 from gapprune.models import get_adapter
@@ -18,7 +18,7 @@ def _parts(model: torch.nn.Module):
     ids = torch.randint(0, 256, (6, 24), generator=torch.Generator().manual_seed(1))
     adapter = get_adapter(model)
     stats = CalibrationStats()
-    inputs = capture_layer_inputs(adapter, ids, batch_size=2, extra_hooks=stats_hooks(adapter, stats), progress=False)
+    inputs = capture_layer_inputs(adapter, ids, batch_size=2, observers=stats_observers(adapter, stats), progress=False)
     return adapter, inputs, score_units(ScoringContext(adapter, stats, {}), "activation")
 
 

@@ -63,14 +63,13 @@ def test_sequential_needs_a_compensation_method(calibrated):
 def test_gram_passes_that_stop_at_their_projection_fit_what_full_layer_passes_fit(calibrated, monkeypatch):
     """Each Gram pass ends at the projection whose input it takes; running the whole layer instead
     (the stop disabled) must give bit-identical compensated weights."""
-    import importlib
+    import gapprune.engine.capture as capture
 
-    sequential_module = importlib.import_module("gapprune.pruning.sequential")  # gapprune.prune: also a function
     model, _, run = calibrated
     plan = uniform_plan(run)
     stopped, full = copy.deepcopy(model), copy.deepcopy(model)
     prune_model_(stopped, plan, "lsq", None, 1.0, run.calibration.inputs.first_layer_only())
-    monkeypatch.setattr(sequential_module, "_stop_here", lambda module, args: None)
+    monkeypatch.setattr(capture, "_stop", lambda module, args: None)
     prune_model_(full, plan, "lsq", None, 1.0, run.calibration.inputs)
     for (name, a), (_, b) in zip(stopped.state_dict().items(), full.state_dict().items(), strict=True):
         assert torch.equal(a, b), name

@@ -29,14 +29,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
 
 import torch
 from torch import nn
 
 from gapprune.components import COMPONENTS
 from gapprune.config import TOKEN_ROWS_FACTOR
-from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.engine.capture import LayerInputs, replay_layer
+from gapprune.engine.observe import ObservationPoints, Observer, observing
 from gapprune.models.adapter import ModelAdapter
 
 
@@ -172,13 +172,8 @@ class LayerGrams(GramStats):
             return
         if self.inputs is None:
             raise ValueError("these Grams are taken during the capture pass; give them its layer inputs to replay layers")
-        with self.accumulating(layer, self.inputs.hidden[layer]):
-            block = self.adapter.layers[layer]  # a streamed model loads the layer here
-            param = next(block.parameters())
-            with torch.inference_mode():
-                for b, hidden in enumerate(self.inputs.hidden[layer]):
-                    run_layer(block, hidden.to(param.device, param.dtype),
-                              move_kwargs(self.inputs.kwargs[layer][b], param.device))
+        with self.accumulating(layer, self.inputs.hidden[layer]), torch.inference_mode():
+            replay_layer(self.adapter, layer, self.inputs.hidden[layer], self.inputs.kwargs[layer])
         self.replays += 1
 
     @contextmanager
@@ -187,13 +182,10 @@ class LayerGrams(GramStats):
         calibration inputs) inside: `ensure`'s replay, or the capture pass itself, which then
         leaves nothing to replay (`engine/capture.py`, `around_layer`)."""
         self.release()
-        handles = [gram_hook(out, (layer, c), self, tokens_per_half(batches), upper=True) for c in COMPONENTS
-                   if (out := self.adapter.out_proj(layer, c)) is not None]
-        try:
+        points: ObservationPoints = [(out, gram_observer(out, (layer, c), self, tokens_per_half(batches), upper=True))
+                                     for c in COMPONENTS if (out := self.adapter.out_proj(layer, c)) is not None]
+        with observing(points):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
         for table in (self.fit, self.held_out):
             for value in table.values():
                 if isinstance(value, torch.Tensor):
@@ -262,9 +254,10 @@ def mirror_upper_(target: torch.Tensor) -> None:
         target[b:, a:b] = target[a:b, b:].T
 
 
-def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_per_half: int | None = None,
-              rows_factor: int | None = None, upper: bool = False) -> torch.utils.hooks.RemovableHandle:
-    """Accumulate the Gram matrix of `linear`'s input under `key`: even batches fit, odd ones hold out.
+def gram_observer(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_per_half: int | None = None,
+                  rows_factor: int | None = None, upper: bool = False) -> Observer:
+    """Accumulate the Gram matrix of `linear`'s input under `key` (observed by the engine: `observing`):
+    even batches fit, odd ones hold out.
     Given the tokens a half will see, a projection at least `rows_factor` times that wide keeps the
     rows instead (`TokenGram`); by default `TOKEN_ROWS_FACTOR`, which OBS's greedy steps need.
     `upper`: an n × n Gram is accumulated by its upper triangle (`add_upper_`), and the caller
@@ -277,8 +270,8 @@ def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_p
     into.sums[key] = [torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)]
     into.counts[key], into.batches[key] = [0, 0], 0
 
-    def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-        x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # (tokens, n_in), float32 on the layer's device
+    def observe(inputs: torch.Tensor) -> None:
+        x = inputs.detach().reshape(-1, inputs.shape[-1]).float()  # (tokens, n_in), float32 on the layer's device
         half = into.batches[key] % 2
         target = (into.held_out if half else into.fit)[key]
         if isinstance(target, TokenGram):
@@ -298,19 +291,14 @@ def gram_hook(linear: nn.Linear, key: tuple[int, str], into: GramStats, tokens_p
         into.counts[key][half] += x.shape[0]
         into.batches[key] += 1
 
-    return linear.register_forward_pre_hook(hook)
+    return observe
 
 
-def gram_hooks(adapter: ModelAdapter, into: GramStats) -> Callable[[], list[torch.utils.hooks.RemovableHandle]]:
-    """Hook installer for `capture_layer_inputs(extra_hooks=...)`: every output projection's input Gram."""
+def gram_observers(adapter: ModelAdapter, into: GramStats) -> Callable[[], ObservationPoints]:
+    """For `capture_layer_inputs(observers=...)`: every output projection's input Gram."""
 
-    def install() -> list[torch.utils.hooks.RemovableHandle]:
-        handles = []
-        for layer in range(adapter.n_layers):
-            for component in COMPONENTS:
-                out = adapter.out_proj(layer, component)
-                if out is not None:
-                    handles.append(gram_hook(out, (layer, component), into))
-        return handles
+    def points() -> ObservationPoints:
+        return [(out, gram_observer(out, (layer, component), into)) for layer in range(adapter.n_layers)
+                for component in COMPONENTS if (out := adapter.out_proj(layer, component)) is not None]
 
-    return install
+    return points

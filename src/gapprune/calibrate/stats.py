@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-from torch import nn
 
+from gapprune.engine.observe import ObservationPoints
 from gapprune.models.adapter import ModelAdapter
 
 
@@ -63,22 +62,18 @@ class CalibrationStats:
         return self.stats[layer][role]
 
 
-def stats_hooks(adapter: ModelAdapter, into: CalibrationStats) -> Callable[[], list[torch.utils.hooks.RemovableHandle]]:
-    """A hook installer for `capture_layer_inputs(extra_hooks=...)` that fills `into`."""
+def stats_observers(adapter: ModelAdapter, into: CalibrationStats) -> Callable[[], ObservationPoints]:
+    """For `capture_layer_inputs(observers=...)`: every statistics point's channel statistics, into `into`."""
 
-    def install() -> list[torch.utils.hooks.RemovableHandle]:
-        handles = []
+    def points() -> ObservationPoints:
+        found: ObservationPoints = []
         into.stats = []
         for layer in range(adapter.n_layers):
             per_role: dict[str, ChannelStats] = {}
             into.stats.append(per_role)
             for role, linear in adapter.stat_points(layer).items():
                 per_role[role] = ChannelStats.zeros(linear.in_features)
+                found.append((linear, per_role[role].update))
+        return found
 
-                def hook(module: nn.Module, args: tuple[Any, ...], acc: ChannelStats = per_role[role]) -> None:
-                    acc.update(args[0])
-
-                handles.append(linear.register_forward_pre_hook(hook))
-        return handles
-
-    return install
+    return points

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from gapprune.engine.observe import InputTaken, observing
 from gapprune.models.adapter import ModelAdapter
 from gapprune.models.streaming.streamer import hooks_without_loading
 
@@ -176,7 +177,7 @@ def capture_layer_inputs(
     input_ids: torch.Tensor,
     *,
     batch_size: int = 8,
-    extra_hooks: Callable[[], list[torch.utils.hooks.RemovableHandle]] | None = None,
+    observers: Callable[[], list[tuple[nn.Module, Callable[[torch.Tensor], None]]]] | None = None,
     around_layer: AroundLayer | None = None,
     progress: bool = True,
 ) -> LayerInputs:
@@ -194,9 +195,9 @@ def capture_layer_inputs(
     would hold the same numbers in twice the bytes (0.7 GB instead of 0.35 GB for Qwen2.5-1.5B's
     32 windows). Replays cast to the weights' dtype, statistics to float32.
 
-    `extra_hooks` installs further hooks (statistics) for the same pass, on modules inside the
-    decoder layers (reading their shapes, not their weights: a streamed model's layers are not loaded
-    for it); they are removed after.
+    `observers()` names modules inside the decoder layers and what to call with their inputs during the
+    same pass (statistics; `engine/observe.py`); it reads their shapes, not their weights (a streamed
+    model's layers are not loaded for it).
     """
     model = adapter.model
     device = next(model.parameters()).device
@@ -220,8 +221,8 @@ def capture_layer_inputs(
             model.get_decoder()(input_ids=batch.to(device), use_cache=False)
             inputs.input_ids.append(batch.cpu())
     with hooks_without_loading(model):  # a streamed model reads each layer once, in the loop below
-        handles = extra_hooks() if extra_hooks is not None else []
-    try:
+        points = observers() if observers is not None else []
+    with observing(points):
         for index in tqdm(range(n_layers), desc="capture", unit="layer", disable=not progress):
             layer = layers[index]  # a streamed model loads the layer here, once
             param = next(layer.parameters())
@@ -230,9 +231,6 @@ def capture_layer_inputs(
                 for hidden, kwargs in zip(inputs.hidden[index], inputs.kwargs[index], strict=True):
                     out = run_layer(layer, hidden.to(param.device), move_kwargs(kwargs, param.device))
                     outputs.append(out.detach().cpu())
-    finally:
-        for handle in handles:
-            handle.remove()
     return inputs
 
 
@@ -240,3 +238,29 @@ def run_layer(layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) ->
     """Call one decoder layer; transformers releases differ in returning a tensor or a tuple."""
     out = layer(hidden, **kwargs)
     return out[0] if isinstance(out, tuple) else out
+
+
+def _stop(module: nn.Module, args: tuple[Any, ...]) -> None:
+    raise InputTaken
+
+
+def replay_layer(adapter: ModelAdapter, layer: int, batches: list[torch.Tensor], kwargs: list[dict[str, Any]], *,
+                 stop_at: nn.Module | None = None) -> list[torch.Tensor]:
+    """Run decoder layer `layer` over its input `batches` (with their keyword arguments), cast to the weights'
+    device and dtype; its outputs on the CPU. Observers installed by the caller see the pass. `stop_at`: each
+    batch stops once that module has its input (after the observers), and nothing is returned."""
+    block = adapter.layers[layer]  # a streamed model loads the layer here
+    param = next(block.parameters())
+    outputs = []
+    stop = stop_at.register_forward_pre_hook(_stop) if stop_at is not None else None
+    try:
+        for hidden, layer_kwargs in zip(batches, kwargs, strict=True):
+            try:
+                out = run_layer(block, hidden.to(param.device, param.dtype), move_kwargs(layer_kwargs, param.device))
+            except InputTaken:
+                continue
+            outputs.append(out.cpu())
+    finally:
+        if stop is not None:
+            stop.remove()
+    return [] if stop_at is not None else outputs

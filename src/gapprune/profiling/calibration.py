@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from gapprune.calibrate import CalibrationStats, stats_hooks
+from gapprune.calibrate import CalibrationStats, stats_observers
 from gapprune.calibrate.gram import GramStats, LayerGrams
 from gapprune.config import LATER_SETTINGS, PROFILE_SETTINGS, PruneConfig
 from gapprune.data import (
@@ -185,7 +185,7 @@ def calibrate_on(model: PreTrainedModel, ids: torch.Tensor, config: PruneConfig,
             scoring_s += time.perf_counter() - start
 
     with timed(timings, "capture"):
-        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, extra_hooks=stats_hooks(adapter, stats),
+        inputs = capture_layer_inputs(adapter, ids, batch_size=config.batch_size, observers=stats_observers(adapter, stats),
                                       around_layer=around_layer)
     if grams is not None:
         grams.inputs = inputs  # later readers (compensation) replay layers from the cached inputs

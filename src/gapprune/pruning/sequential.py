@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from gapprune.calibrate.gram import GramStats, gram_hook, tokens_per_half
+from gapprune.calibrate.gram import GramStats, gram_observer, tokens_per_half
 from gapprune.components import COMPONENTS
 from gapprune.config import LSQ_ROWS_FACTOR
-from gapprune.engine.capture import LayerInputs, move_kwargs, run_layer
+from gapprune.engine.capture import LayerInputs, replay_layer
+from gapprune.engine.observe import observing
 from gapprune.models.adapter import ModelAdapter
 from gapprune.phases import layer_progress
 from gapprune.pruning.compensate import add_summary, new_summary, prune_component_and_compensate_
@@ -40,31 +41,15 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
     if method not in COMPENSATIONS or method == "none":
         raise ValueError(f"sequential compensation re-fits with lsq or bias, got compensate={method!r}")
     check_layers(adapter, plan)
-    first = next(adapter.model.parameters())
-    device, dtype = first.device, first.dtype  # the layers take the weights' dtype
     hidden = list(inputs.hidden[0])
     tokens = tokens_per_half(hidden)
     summary = {**new_summary(method), "sequential": True}
 
-    def run(layer: int) -> list[torch.Tensor]:
-        block = adapter.layers[layer]
-        return [run_layer(block, h.to(device, dtype), move_kwargs(inputs.kwargs[layer][b], device)).cpu()
-                for b, h in enumerate(hidden)]
-
     def input_gram(layer: int, component: str, out: torch.nn.Linear) -> GramStats:
         """The Grams of `out`'s input on the current hidden states; each batch stops at `out`."""
-        block, stats = adapter.layers[layer], GramStats()
-        handles = [gram_hook(out, (layer, component), stats, tokens, LSQ_ROWS_FACTOR),
-                   out.register_forward_pre_hook(_stop_here)]  # after the Gram hook: it has its input
-        try:
-            for b, h in enumerate(hidden):
-                try:
-                    run_layer(block, h.to(device, dtype), move_kwargs(inputs.kwargs[layer][b], device))
-                except _InputTaken:
-                    pass
-        finally:
-            for handle in handles:
-                handle.remove()
+        stats = GramStats()
+        with observing([(out, gram_observer(out, (layer, component), stats, tokens, LSQ_ROWS_FACTOR))]):
+            replay_layer(adapter, layer, hidden, inputs.kwargs[layer], stop_at=out)
         stats.settle_()
         return stats
 
@@ -78,14 +63,6 @@ def prune_sequentially_(adapter: ModelAdapter, plan: Plan, inputs: LayerInputs, 
                 continue
             stats = input_gram(lp.layer, c, out)
             add_summary(summary, prune_component_and_compensate_(adapter, lp.layer, c, kept, stats, method, ridge))
-        hidden = run(lp.layer)
+        hidden = replay_layer(adapter, lp.layer, hidden, inputs.kwargs[lp.layer])
     adapter.record_shapes_()
     return summary
-
-
-class _InputTaken(Exception):
-    """Raised once a Gram pass has its projection's input: the rest of the layer is not needed."""
-
-
-def _stop_here(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-    raise _InputTaken

@@ -53,7 +53,7 @@ def layer_work_bytes(folder: str | Path, tokens: int = 4096) -> int:
     widths = [int(config["num_attention_heads"]) * head_dim, int(config["intermediate_size"])]
     half = tokens // 2
 
-    def one_gram(width: int) -> int:  # bytes of one half's Gram, as `gram_hook` chooses its form
+    def one_gram(width: int) -> int:  # bytes of one half's Gram, as `gram_observer` chooses its form
         return (half if half * TOKEN_ROWS_FACTOR <= width else width) * width * 4
 
     grams = sum(2 * one_gram(w) for w in widths)
