@@ -12,8 +12,8 @@ import pytest
 
 import gapprune.api
 from gapprune.cli import main
-from gapprune.export.output import write_file_atomically
 from gapprune.export.save import write_atomically
+from gapprune.output import write_file_atomically
 from gapprune.tune import checkpoint as ckpt
 from tests.test_cli_errors import prune_args
 
@@ -72,7 +72,7 @@ def test_a_result_file_gets_its_missing_folders_and_is_never_torn(tmp_path, monk
     def killed(*args: object) -> None:  # the run is stopped after writing, before the rename
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("gapprune.export.output.os.replace", killed)
+    monkeypatch.setattr("gapprune.output.os.replace", killed)
     with pytest.raises(KeyboardInterrupt):
         write_file_atomically(path, '{"ppl": 2}\n')
     assert json.loads(path.read_text()) == {"ppl": 1}  # the old file, whole

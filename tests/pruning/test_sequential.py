@@ -63,7 +63,7 @@ def test_sequential_needs_a_compensation_method(calibrated):
 def test_gram_passes_that_stop_at_their_projection_fit_what_full_layer_passes_fit(calibrated, monkeypatch):
     """Each Gram pass ends at the projection whose input it takes; running the whole layer instead
     (the stop disabled) must give bit-identical compensated weights."""
-    import gapprune.engine.capture as capture
+    from gapprune.engine import capture
 
     model, _, run = calibrated
     plan = uniform_plan(run)

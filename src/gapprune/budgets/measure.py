@@ -95,7 +95,7 @@ class Allocated:
 
 def llamacpp_memory(path: str | Path, context: int) -> Allocated:
     """Create a context of `context` cells (llama.cpp defaults: f16 cache) and read the buffer sizes it logs."""
-    from gapprune.evaluate.llamacpp import import_cyllama
+    from gapprune.llamacpp_binding import import_cyllama
 
     cy = import_cyllama()
     lines: list[str] = []

@@ -45,7 +45,7 @@ class PplCommand:
         from gapprune.data import check_source
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
-        from gapprune.export.output import check_output, write_file_atomically
+        from gapprune.output import check_output, write_file_atomically
 
         if args.json:
             check_output(args.json, overwrite=True, kind="file", flag="--json")
@@ -143,7 +143,7 @@ class EvalCommand:
         from gapprune.evaluate.protocols import get_protocol, refuse_overrides
         from gapprune.evaluate.records import eval_records, eval_table
         from gapprune.evaluate.zeroshot import TASKS
-        from gapprune.export.output import check_output, write_file_atomically
+        from gapprune.output import check_output, write_file_atomically
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")
@@ -265,7 +265,7 @@ class BenchCommand:
             return bench_in_vllm(args)
         from gapprune.api import load
         from gapprune.evaluate.records import speed_line, speed_records
-        from gapprune.export.output import check_output, write_file_atomically
+        from gapprune.output import check_output, write_file_atomically
 
         if args.out:
             check_output(args.out, overwrite=True, kind="file")

@@ -49,8 +49,8 @@ class PruneCommand:
         from gapprune.distributed import is_main, setup
         from gapprune.evaluate.perplexity import evaluate_ppl
         from gapprune.evaluate.run_record import run_record
-        from gapprune.export.output import check_output
         from gapprune.models.streaming import is_streamed
+        from gapprune.output import check_output
         from gapprune.pipeline import Profile
         from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
@@ -184,7 +184,7 @@ class ProfileCommand:
     def run(args: argparse.Namespace) -> int:
         from gapprune.api import check_prunable, load, profile, require_tokenizer, write_profile_folder
         from gapprune.distributed import is_main, setup
-        from gapprune.export.output import check_output
+        from gapprune.output import check_output
         from gapprune.profiling.calibration import check_calibration_sources
         from gapprune.profiling.profilers import check_supported
 

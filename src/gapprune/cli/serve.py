@@ -25,7 +25,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
         speedups,
         transformers_side,
     )
-    from gapprune.export.output import check_output, write_file_atomically
+    from gapprune.output import check_output, write_file_atomically
     from gapprune.serving.vllm_runtime import check_servable, find_vllm
 
     folders = [args.model] + ([args.vs] if args.vs else [])

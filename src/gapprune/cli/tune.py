@@ -76,8 +76,8 @@ class TuneCommand:
         import shutil
 
         from gapprune.api import load, require_tokenizer
-        from gapprune.export.output import check_output
         from gapprune.export.save import save
+        from gapprune.output import check_output
         from gapprune.tune import DistillConfig, DistillResult, TuneConfig, TuneResult, distill, lora_tune
         from gapprune.tune import checkpoint as ckpt
 

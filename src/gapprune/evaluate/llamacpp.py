@@ -24,19 +24,10 @@ import numpy as np
 import torch
 
 from gapprune.evaluate.perplexity import PerplexityResult
+from gapprune.llamacpp_binding import import_cyllama
 
-GGUF_EXTRA = "pip install 'gapprune[gguf]'"
 GGML_TYPE_F32 = 0
 FLASH_ATTN_DISABLED = 0
-
-
-def import_cyllama() -> Any:
-    """The cyllama llama.cpp bindings, or an ImportError that names the extra to install."""
-    try:
-        import cyllama.llama.llama_cpp as cy
-    except ImportError as err:
-        raise ImportError(f"running GGUF files needs cyllama; install it with: {GGUF_EXTRA}") from err
-    return cy
 
 
 class GgufRunner:

@@ -25,11 +25,12 @@ import numpy as np
 import torch
 
 from gapprune.export import gguf_layout, gguf_tensors, gguf_tokenizer
-from gapprune.export.output import check_output
+from gapprune.llamacpp_binding import GGUF_EXTRA
+from gapprune.output import check_output
 
 log = logging.getLogger(__name__)
 
-GGUF_EXTRA = "pip install 'gapprune[gguf]'"
+
 # k-quants made by llama.cpp's quantizer (llama_model_quantize through cyllama): name -> LLAMA_FTYPE
 LLAMA_QUANTIZER_TYPES = {"q4_k_m": 15, "q4_k_s": 14, "q5_k_m": 17, "q6_k": 18}
 # MLP widths are padded to this for k-quants: llama.cpp falls back to 32-value blocks (q5_0, q8_0) for
@@ -203,7 +204,7 @@ def _write(model: Any, tokenizer: Any, path: Path, file_type: str, tokenizer_ggu
 
 def _llama_quantize(src: Path, dst: Path, file_type: str) -> None:
     """Quantize `src` into `dst` with llama.cpp's own quantizer (k-quants), through cyllama."""
-    from gapprune.evaluate.llamacpp import import_cyllama
+    from gapprune.llamacpp_binding import import_cyllama
 
     cy = import_cyllama()
     params = cy.LlamaModelQuantizeParams()

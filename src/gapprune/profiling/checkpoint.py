@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gapprune.export.output import write_file_atomically
+from gapprune.output import write_file_atomically
 
 Row = dict[str, dict[int, float]]  # component -> option index -> ΔL
 
