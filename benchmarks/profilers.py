@@ -52,9 +52,10 @@ from gapprune.importance.obs import CHANNEL_BLOCKS, channel_order, compacting_or
 from gapprune.models import COMPONENTS
 from gapprune.pipeline import Profile, allocate, calibrate, plan_for
 from gapprune.profiling.auto import auto_table
+from gapprune.profiling.auto_measure import ladder_of, screen_table
+from gapprune.profiling.exact import step_of
 from gapprune.profiling.loss_table import option_grid
 from gapprune.profiling.profilers import measure_table
-from gapprune.profiling.tables import ladder_of, screen_table, step_of
 
 HEAD_IN_LAYERS = 11  # a replay's LM head and logsumexp cost about 11 SmolLM2 decoder layers (performance.md §1)
 

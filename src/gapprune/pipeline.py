@@ -26,10 +26,11 @@ from gapprune.config import PruneConfig
 from gapprune.engine.capture import LayerInputs
 from gapprune.models import ModelAdapter, get_adapter
 from gapprune.phases import timed
+from gapprune.profiling.auto_measure import complete_table
 from gapprune.profiling.calibration import Calibration, calibrate, calibrate_on, calibration_ids
 from gapprune.profiling.conditional import conditional_loss_table, true_loss
+from gapprune.profiling.exact import needs_loss_table
 from gapprune.profiling.profile import Profile, profile_model
-from gapprune.profiling.tables import complete_table, needs_loss_table
 from gapprune.pruning import Plan, make_plan
 from gapprune.pruning.compensate import prune_and_compensate_
 from gapprune.pruning.sequential import prune_sequentially_

@@ -1,8 +1,10 @@
-"""`gapprune prune` under torchrun with rank 1's exact profiler raising (used by test_torchrun.py)."""
+"""`gapprune prune` under torchrun with rank 1's profiling raising, the auto screen's or the exact table's
+(used by test_torchrun.py)."""
 
 import sys
 
-import gapprune.profiling.tables
+import gapprune.profiling.auto_measure
+import gapprune.profiling.exact
 from gapprune import distributed
 from gapprune.cli import main
 
@@ -12,5 +14,6 @@ def broken(*args: object, **kwargs: object) -> object:
 
 
 if distributed.rank() == 1:
-    gapprune.profiling.tables.build_loss_table_batched = broken
+    gapprune.profiling.auto_measure.build_loss_table_batched = broken
+    gapprune.profiling.exact.build_loss_table_batched = broken
 sys.exit(main(sys.argv[1:]))

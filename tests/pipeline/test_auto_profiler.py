@@ -8,7 +8,7 @@ import pytest
 from gapprune.allocate import ALLOCATORS, LossTable
 from gapprune.budget import RatioBudget
 from gapprune.pipeline import plan_for
-from gapprune.profiling.tables import complete_table
+from gapprune.profiling.auto_measure import complete_table
 from tests.helpers import tiny_config
 
 
@@ -47,7 +47,7 @@ def test_a_table_completed_for_one_ratio_grows_for_another_and_survives_save(aut
 
 
 def test_the_screen_thins_its_columns_by_default_only_for_a_billion_parameter_decoder(auto_exact_run, auto_ids, monkeypatch):
-    from gapprune.profiling.tables import screen_stride_of
+    from gapprune.profiling.auto_measure import screen_stride_of
 
     adapter = auto_exact_run.calibration.adapter
     assert screen_stride_of(adapter, tiny_config(auto_ids, profiler="auto")) == 1

@@ -27,7 +27,7 @@ def test_an_unknown_screen_precision_is_refused_by_name():
 def test_the_default_screen_is_bf16_on_a_cpu_with_amx_and_float32_without(monkeypatch):
     from types import SimpleNamespace
 
-    from gapprune.profiling.tables import screen_precision_of
+    from gapprune.profiling.auto_measure import screen_precision_of
 
     adapter = SimpleNamespace(model=torch.nn.Linear(2, 2))  # only its parameters' device is read
     config = PruneConfig(ratio=0.25)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gapprune.pipeline import plan_for
-from gapprune.profiling import tables
+from gapprune.profiling import auto_measure
 from gapprune.profiling.prefix_replays import Known, PrefixReplays, screened_values
 from tests.helpers import tiny_config
 
@@ -29,7 +29,7 @@ def test_windows_cut_across_batches_in_order(auto_exact_run):
 def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exact_run, auto_ids, screen_stride, precision,
                                                                           tmp_path, monkeypatch):
     replayed: dict[tuple[int, str, int], int] = {}  # windows replayed per entry, over all rounds
-    real = tables.measure_entries
+    real = auto_measure.measure_entries
 
     def spy(adapter, inputs, entries, *args, **kwargs):  # type: ignore[no-untyped-def]
         for layer, per in entries.items():
@@ -38,11 +38,11 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
                     replayed[layer, c, k] = replayed.get((layer, c, k), 0) + inputs.n_windows
         return real(adapter, inputs, entries, *args, **kwargs)
 
-    monkeypatch.setattr(tables, "measure_entries", spy)
+    monkeypatch.setattr(auto_measure, "measure_entries", spy)
     config = tiny_config(auto_ids, channel_step=16, profiler="auto", ratio=0.3, auto_margin=1.0, screen_stride=screen_stride,
                          screen_precision=precision)
     auto = plan_for(config, auto_exact_run.calibration, checkpoint_dir=tmp_path)[1].table
-    screened = {key for key in screened_values(tables.screen_table(auto_exact_run.calibration, config),
+    screened = {key for key in screened_values(auto_measure.screen_table(auto_exact_run.calibration, config),
                                                auto_exact_run.calibration.adapter, auto_exact_run.calibration.profile_inputs)}
     rungs = auto.meta["auto"]["ladder"]["windows"]
     assert rungs == [2, 4] and any(r["stage"] == "2 windows" for r in auto.meta["auto"]["rounds"])
@@ -61,7 +61,7 @@ def test_every_window_is_replayed_once_and_the_values_are_whole_replays(auto_exa
 def test_a_screen_of_the_profiling_prefix_counts_and_a_bf16_one_as_rough(auto_exact_run, auto_ids):
     calibration = auto_exact_run.calibration
     adapter, inputs = calibration.adapter, calibration.profile_inputs
-    screen = tables.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto",
+    screen = auto_measure.screen_table(calibration, tiny_config(auto_ids, channel_step=16, profiler="auto",
                                                           screen_precision="float32"))
     assert screen.meta["screen_windows"] == 1
     known = screened_values(screen, adapter, inputs)
@@ -140,8 +140,8 @@ def test_a_saved_auto_profile_used_again_for_its_budget_replays_nothing_and_plan
     assert any(r >= 0 for c in ("attn", "mlp") for row in auto["rung"][c] for r in row)
     profile.save(tmp_path / "profile")
     calls: list[int] = []
-    real = tables.measure_entries
-    monkeypatch.setattr(tables, "measure_entries", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    real = auto_measure.measure_entries
+    monkeypatch.setattr(auto_measure, "measure_entries", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     again, _ = plan_for(config, calibration, Profile.load(tmp_path / "profile"), checkpoint_dir=tmp_path / "again")
     assert calls == [] and again.summary["choice"] == plan.summary["choice"]
     known = screened_values(Profile.load(tmp_path / "profile").table, calibration.adapter, calibration.profile_inputs)

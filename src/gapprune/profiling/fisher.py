@@ -34,8 +34,8 @@ from gapprune.importance.base import UnitScores
 from gapprune.models.adapter import ModelAdapter
 from gapprune.options import kept_units
 from gapprune.profiling.auto import Solve
+from gapprune.profiling.exact import step_of
 from gapprune.profiling.loss_table import LossTable, option_grid
-from gapprune.profiling.tables import step_of
 
 if TYPE_CHECKING:
     from gapprune.config import PruneConfig

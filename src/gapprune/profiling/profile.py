@@ -20,9 +20,9 @@ from gapprune.importance import UnitScores
 from gapprune.phases import timed
 from gapprune.profiling.auto import Solve
 from gapprune.profiling.calibration import Calibration, profile_settings
+from gapprune.profiling.exact import needs_loss_table
 from gapprune.profiling.profilers import measure_table
 from gapprune.profiling.signals import layer_signals
-from gapprune.profiling.tables import needs_loss_table
 
 PROFILE_FILES = ("profile.json", "scores.json", "signals.json", "loss_table.json")
 

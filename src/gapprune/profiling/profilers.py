@@ -20,8 +20,9 @@ from gapprune.allocate import LossTable
 from gapprune.budget import reads_loss
 from gapprune.config import PruneConfig
 from gapprune.profiling.auto import Solve
+from gapprune.profiling.auto_measure import measure_auto
+from gapprune.profiling.exact import costs_only, measure_exact, needs_loss_table
 from gapprune.profiling.fisher import measure_fisher
-from gapprune.profiling.tables import costs_only, measure_auto, measure_exact, needs_loss_table
 from gapprune.registry import Registry
 
 if TYPE_CHECKING:
