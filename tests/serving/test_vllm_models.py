@@ -12,7 +12,7 @@ import torch
 from gapprune.export.save import save
 from gapprune.models import get_adapter
 from gapprune.serving.vllm_plugin import ARCHITECTURES
-from gapprune.serving.vllm_runtime import check_servable, not_divisible, run_job
+from gapprune.serving.vllm_runtime import check_servable, engine_env, not_divisible, run_job
 from tests.conftest import FAMILIES
 
 MODEL_CLASSES = {family: type(build()) for family, build in FAMILIES.items()}
@@ -80,8 +80,7 @@ def served(vllm_env, tmp_path_factory):
                          {"kind": "prompt_logprobs", "windows": prompts.tolist()},
                          {"kind": "generate", "prompts": prompts.tolist(), "max_tokens": 8}]})
     # in-process engines with a small KV cache: the same model code, half the start-up
-    fast = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    answers = run_job(vllm_env, {"jobs": jobs, "env": fast})
+    answers = run_job(vllm_env, {"jobs": jobs, "env": engine_env(1, in_process=True)})
     return expected, dict(zip(sorted(FAMILIES), answers))
 
 
@@ -128,3 +127,37 @@ def test_kv_heads_fewer_than_ranks_are_replicated_not_refused():
     assert not_divisible([shape], 2) == []
     assert not_divisible([{**shape, "num_key_value_heads": 3, "num_attention_heads": 6}], 2) == [0]
     assert not_divisible([{**shape, "intermediate_size": 63}], 2) == [0]
+
+
+def test_a_plan_pruned_for_two_ranks_serves_over_two_ranks_as_transformers_runs_it(vllm_env, tmp_path):
+    """Kept heads and channels that split over 2 ranks (what `--tp 2` plans), served with tensor parallelism 2
+    (on a CPU: one core per rank, `engine_env`): transformers' greedy tokens and log-probabilities."""
+    model = servable_tiny("llama")
+    adapter = get_adapter(model)
+    adapter.prune_attention_(0, [0, 1])  # one KV group of two query heads: the KV head is replicated over ranks
+    adapter.prune_mlp_(1, list(range(0, 128, 2)))
+    adapter.prune_attention_(2, [])
+    adapter.record_shapes_()
+    folder = save(model, None, tmp_path / "tp2")
+    check_servable(folder, tensor_parallel=2)
+    prompts = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=prompts).logits.float(), -1)
+        greedy = model.generate(prompts, max_new_tokens=6, do_sample=False, pad_token_id=0)[:, prompts.shape[1]:]
+    wanted = logprobs[:, :-1].gather(-1, prompts[:, 1:, None])[..., 0]
+    answer = run_job(vllm_env, {
+        "model": str(folder), "dtype": "float32", "enforce_eager": True, "max_model_len": 64,
+        "skip_tokenizer_init": True, "tensor_parallel_size": 2, "env": engine_env(1, tensor_parallel=2),
+        "tasks": [{"kind": "prompt_logprobs", "windows": prompts.tolist()},
+                  {"kind": "generate", "prompts": prompts.tolist(), "max_tokens": 6}]})
+    served_logprobs, generated = answer["results"]
+    assert torch.allclose(torch.tensor(served_logprobs["logprobs"]), wanted, atol=2e-4, rtol=0)
+    assert generated["tokens"] == greedy.tolist()
+
+
+def test_each_rank_gets_its_own_cores(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert engine_env(2, tensor_parallel=2)["VLLM_CPU_OMP_THREADS_BIND"] == "0,1|2,3"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(2)
+    assert engine_env(1, in_process=True) == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

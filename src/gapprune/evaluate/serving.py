@@ -17,10 +17,15 @@ from typing import Any, cast
 
 import torch
 
-from gapprune.serving.vllm_runtime import VllmEnvironment, check_servable, run_job
+from gapprune.serving.vllm_runtime import (
+    SERVING_KV_CACHE_GIB,
+    VllmEnvironment,
+    check_servable,
+    engine_env,
+    run_job,
+)
 
 Record = dict[str, Any]
-KV_CACHE_GIB = 4
 
 
 def machine_line() -> str:
@@ -102,8 +107,8 @@ def serve_and_measure(
                   parity[1].shape[1] + 8 if parity is not None else 0)
     job = {"model": str(folder), "dtype": "float32", "enforce_eager": True, "max_model_len": longest,
            "tensor_parallel_size": tensor_parallel, "tasks": tasks,
-           # vLLM's CPU build otherwise takes most of the memory for its KV cache; 4 GiB holds batch 64 many times
-           "env": {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB)}}
+           # 4 GiB of KV cache holds batch 64 many times
+           "env": engine_env(SERVING_KV_CACHE_GIB, tensor_parallel=tensor_parallel)}
     return run_job(env, job, log=log)
 
 
@@ -111,7 +116,7 @@ def serving_records(answer: Record, about: Record, env: VllmEnvironment, *, new_
     """`kind: serving` records, one per batch size, each carrying the folder's time to first token."""
     throughput, ttft = answer["results"][0], answer["results"][1]
     common = {"runtime": "vllm", "vllm_version": env.vllm_version, "dtype": "float32", "enforce_eager": True,
-              "kv_cache_gib": KV_CACHE_GIB,
+              "kv_cache_gib": SERVING_KV_CACHE_GIB,
               "new_tokens": new_tokens, "ttft_ms": round(ttft["ttft_ms"], 1), "machine": machine_line(),
               "command": command, "date": datetime.date.today().isoformat()}
     return [{"kind": "serving", **about, "batch": run["batch"], "tokens_per_s": round(run["tokens_per_s"], 2),

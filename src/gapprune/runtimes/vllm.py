@@ -24,10 +24,11 @@ from gapprune.budgets.microbench import BenchSettings, Shapes, fit_costs, grid_p
 from gapprune.budgets.runner import check_shapes
 from gapprune.budgets.table import ModelDims, RuntimeCosts
 from gapprune.runtimes.base import RUNTIMES, Runtime, Verification
+from gapprune.serving.vllm_runtime import engine_env, find_vllm, run_job
 
 log = logging.getLogger(__name__)
 REFERENCE_EVERY = 4
-ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+ENGINE_ENV = engine_env(1, in_process=True)
 SPEED_CHECK = {"new_tokens": 64, "repeats": 3, "pairs": 2}
 
 
@@ -71,8 +72,6 @@ class Vllm(Runtime):
         return BenchSettings(file_type="f32", threads=threads, prompt_tokens=8, new_tokens=32, repeats=3)
 
     def _run(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from gapprune.serving.vllm_runtime import find_vllm, run_job
-
         answer: list[dict[str, Any]] = run_job(find_vllm(), {"jobs": jobs, "env": ENGINE_ENV})
         return answer
 

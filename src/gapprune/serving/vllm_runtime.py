@@ -24,6 +24,7 @@ INSTALL_HINT = (
     "`.venv-vllm/bin/pip install --no-deps gapprune` (`-e .` from a checkout); pass --vllm-python "
     f".venv-vllm/bin/python or set ${VLLM_PYTHON_ENV}"
 )
+SERVING_KV_CACHE_GIB = 4  # what serving measurements reserve: batch 64 of 600 tokens many times over
 SERVED_FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                    "Gemma3ForCausalLM")
 
@@ -98,6 +99,22 @@ def not_divisible(shapes: list[dict[str, Any]], n: int) -> list[int]:
         if heads % n or inter % n or not kv_ok:
             bad.append(layer)
     return bad
+
+
+def engine_env(kv_cache_gib: int, *, tensor_parallel: int = 1, in_process: bool = False) -> dict[str, str]:
+    """vLLM's environment for one job: the KV cache its CPU build reserves (it otherwise takes most of the memory),
+    the engine in this process (no engine-core process: a faster start, for short measurements), and, over
+    several ranks on a CPU, one share of this process's cores per rank (vLLM's automatic binding wants a NUMA
+    node per rank). A GPU build ignores the CPU settings."""
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+    if in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if tensor_parallel > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0))
+        share = max(len(cores) // tensor_parallel, 1)
+        ranks = [cores[(r * share) % len(cores):(r * share) % len(cores) + share] for r in range(tensor_parallel)]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, rank)) for rank in ranks)
+    return env
 
 
 def run_job(env: VllmEnvironment, job: dict[str, Any], *, log: Path | None = None) -> Any:
