@@ -15,10 +15,11 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gapprune.budget import MemoryBudget, RuntimeBudget, SpeedupBudget, parse_size
-from gapprune.budgets.table import RuntimeCosts
+if TYPE_CHECKING:  # the budget kinds import numpy and the allocators: not for `gapprune --help`
+    from gapprune.budget import RuntimeBudget
+    from gapprune.budgets.table import RuntimeCosts
 
 RUNTIME_NAMES = ("llama.cpp", "vllm")  # gapprune.runtimes.RUNTIMES, named here so --help imports no runtime
 
@@ -36,6 +37,7 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
 
 def budget_from_args(args: argparse.Namespace) -> RuntimeBudget | None:
     """The runtime budget the flags ask for, checked against the runtime before any model loads."""
+    from gapprune.budget import MemoryBudget, SpeedupBudget, parse_size
     from gapprune.runtimes import RUNTIMES
 
     if args.speedup is not None and args.max_memory is not None:
