@@ -73,3 +73,21 @@ def test_gram_passes_that_stop_at_their_projection_fit_what_full_layer_passes_fi
     prune_model_(full, plan, "lsq", None, 1.0, run.calibration.inputs)
     for (name, a), (_, b) in zip(stopped.state_dict().items(), full.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_layer_pruned_empty_replays_as_the_identity():
+    """Sequential compensation replays every layer, the ones a plan empties too (no weights left to say the
+    device and dtype): their output is their input."""
+    from gapprune.engine.capture import replay_layer
+    from gapprune.models import get_adapter
+    from tests.conftest import tiny_llama
+
+    adapter = get_adapter(tiny_llama())
+    adapter.prune_attention_(1, [])
+    adapter.prune_mlp_(1, [])
+    hidden = [torch.randn(2, 5, 64)]
+    kwargs = [{"position_embeddings": adapter.model.model.rotary_emb(hidden[0], torch.arange(5)[None]),
+               "attention_mask": None}]
+    with torch.no_grad():
+        out = replay_layer(adapter, 1, hidden, kwargs)
+    assert len(out) == 1 and torch.equal(out[0], hidden[0])

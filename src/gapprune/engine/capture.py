@@ -250,7 +250,9 @@ def replay_layer(adapter: ModelAdapter, layer: int, batches: list[torch.Tensor],
     device and dtype; its outputs on the CPU. Observers installed by the caller see the pass. `stop_at`: each
     batch stops once that module has its input (after the observers), and nothing is returned."""
     block = adapter.layers[layer]  # a streamed model loads the layer here
-    param = next(block.parameters())
+    param = next(block.parameters(), None)
+    if param is None:  # a layer pruned empty passes its input through: cast as the model's weights
+        param = next(adapter.model.parameters())
     outputs = []
     stop = stop_at.register_forward_pre_hook(_stop) if stop_at is not None else None
     try:
