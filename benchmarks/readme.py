@@ -187,7 +187,19 @@ def skills(records: Records) -> str:
             f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
             f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "
             f"{dense['passed']}/{dense['n']} ({100 * dense['value']:.1f}%; greedy, generated in vLLM, "
-            "`docs/results/skills.json`).\n")
+            "`docs/results/skills.json`)" + recovered(records, pruned) + ".\n")
+
+
+def recovered(records: Records, pruned: dict) -> str:
+    """What distillation on the skill's own text gave back, when it was measured."""
+    tuned = [r for r in records["skills"] if r.get("method") == "gap+distill" and r.get("model") == pruned["model"]
+             and r.get("task") == pruned["task"]]
+    if not tuned:
+        return ""
+    r = tuned[-1]
+    minutes = round(r["tuning"]["train_s"] / 60)
+    return (f"; {minutes} minutes of `tune --distill --data {r['calibration']} --params lora` then: "
+            f"{r['passed']}/{r['n']} ({100 * r['value']:.1f}%)")
 
 
 BLOCKS: dict[str, Callable[[Records], str]] = {"main-job": main_job, "tests": tests, "hardware": hardware,
