@@ -63,7 +63,8 @@ def main_job(records: Records) -> str:
 def tests(records: Records) -> str:
     ci = latest(records["main_job"], "a CI run", kind="ci")
     vllm = ", vLLM's environment included" if "scripts/setup_vllm.sh" in ci.get("setup", []) else ""
-    return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}{vllm}), "
+    shared = f"; {ci['shared']}" if ci.get("shared") else ""
+    return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}{vllm}{shared}), "
             f"{duration(ci['tests_s'])} of it the {ci['passed']} tests (`slow` real-model ones and mypy on `src/` "
             f"included; {ci['deselected']} `gpu` and `network` ones deselected).\n")
 
