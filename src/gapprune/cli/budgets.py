@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the budget kinds import numpy and the allocators: not for `gapprune --help`
     from gapprune.budget import RuntimeBudget
     from gapprune.budgets.table import RuntimeCosts
+    from gapprune.runtimes import Runtime
 
 RUNTIME_NAMES = ("llama.cpp", "vllm")  # gapprune.runtimes.RUNTIMES, named here so --help imports no runtime
 
@@ -35,10 +36,17 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
                    help="measure the budget in the runtime after pruning (llama.cpp: the --gguf file; vllm: the folder)")
 
 
+def runtime_from_args(args: argparse.Namespace) -> Runtime:
+    """`--runtime` at the settings `--gguf-type` and `--runtime-threads` give it."""
+    from gapprune.runtimes import RUNTIMES
+
+    kind = RUNTIMES.get(args.runtime)
+    return kind(kind.settings_for(args.gguf_type, args.runtime_threads))
+
+
 def budget_from_args(args: argparse.Namespace) -> RuntimeBudget | None:
     """The runtime budget the flags ask for, checked against the runtime before any model loads."""
     from gapprune.budget import MemoryBudget, SpeedupBudget, parse_size
-    from gapprune.runtimes import RUNTIMES
 
     if args.speedup is not None and args.max_memory is not None:
         raise ValueError("pass --speedup or --max-memory, not both")
@@ -51,9 +59,7 @@ def budget_from_args(args: argparse.Namespace) -> RuntimeBudget | None:
         if args.verify:
             raise ValueError("--verify measures a --speedup or --max-memory budget; pass one of them")
         return None
-    runtime = RUNTIMES.get(args.runtime)
-    runtime(runtime.settings_for(args.gguf_type, args.runtime_threads)).check(
-        budget, args.model, verify=args.verify, gguf=args.gguf)
+    runtime_from_args(args).check(budget, args.model, verify=args.verify, gguf=args.gguf)
     return budget
 
 
@@ -62,7 +68,7 @@ class BudgetHook:
     """What the budget run keeps between its set-up (costs, the dense reference) and verification."""
 
     budget: RuntimeBudget
-    runtime: Any  # a gapprune.runtimes.Runtime
+    runtime: Runtime
     costs: RuntimeCosts
     reference: Path | None = None
     workdir: Any = None  # a TemporaryDirectory holding a reference the runtime wrote
@@ -76,10 +82,8 @@ def budget_setup(model: Any, tokenizer: Any, args: argparse.Namespace, budget: R
     shared cores at once would skew each other, and ranks with different tables would plan (and
     split the auto profiler's rounds) differently."""
     from gapprune.distributed import all_gather, is_main
-    from gapprune.runtimes import RUNTIMES
 
-    kind = RUNTIMES.get(args.runtime)
-    runtime = kind(kind.settings_for(args.gguf_type, args.runtime_threads))
+    runtime = runtime_from_args(args)
     costs = runtime.costs(args.model, args.profile, timed=budget.timed) if is_main() else None
     hook = BudgetHook(budget, runtime, all_gather(costs)[0])
     budget.check_reachable(hook.costs)  # an impossible budget: before the reference and the profile
