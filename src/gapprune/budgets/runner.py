@@ -44,15 +44,25 @@ def check_shapes(dims: ModelDims) -> dict[str, list[tuple[int, int, int]]]:
 def measure_costs(dims: ModelDims, options: dict[str, list[list[int]]], tokenizer_gguf: str | Path,
                   settings: BenchSettings, workdir: Path, key: dict[str, Any], time: bool = True) -> RuntimeCosts:
     """Microbenchmark the grid (or, with time=False, only the memory formulas) into a cost table."""
+    if not time:
+        return memory_only_costs(dims, options, settings, key)
     checks = check_shapes(dims)
     points, attn, widths, held_out = grid_points(dims, settings, checks)
     workdir.mkdir(parents=True, exist_ok=True)
-    if time:
-        times = measure_points(dims, points, tokenizer_gguf, settings, workdir)
-    else:  # a memory-only table: times left at zero
-        times = {name: {"decode_us": 0.0, "prompt_us": 0.0} for name in [*points, "dense"]}
-    costs = fit_costs(dims, options, times, attn, widths, held_out, checks if time else {}, key)
-    costs.fit["timed"] = time
+    times = measure_points(dims, points, tokenizer_gguf, settings, workdir)
+    costs = fit_costs(dims, options, times, attn, widths, held_out, checks, key)
+    costs.fit["timed"] = True
+    return costs
+
+
+def memory_only_costs(dims: ModelDims, options: dict[str, list[list[int]]], settings: BenchSettings,
+                      key: dict[str, Any]) -> RuntimeCosts:
+    """A cost table of the memory formulas alone, its times left at zero: what a memory budget reads, in any
+    runtime, without timing anything."""
+    points, attn, widths, held_out = grid_points(dims, settings, check_shapes(dims))
+    times = {name: {"decode_us": 0.0, "prompt_us": 0.0} for name in [*points, "dense"]}
+    costs = fit_costs(dims, options, times, attn, widths, held_out, {}, key)
+    costs.fit["timed"] = False
     return costs
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from gapprune.budget import RuntimeBudget, SpeedupBudget
 from gapprune.budgets.microbench import BenchSettings, Shapes, fit_costs, grid_points
-from gapprune.budgets.runner import check_shapes
+from gapprune.budgets.runner import check_shapes, memory_only_costs
 from gapprune.budgets.table import ModelDims, RuntimeCosts
 from gapprune.runtimes.base import RUNTIMES, Runtime, Verification
 from gapprune.serving.vllm_runtime import engine_env, find_vllm, run_job
@@ -82,14 +82,11 @@ class Vllm(Runtime):
         from gapprune.models.loading import resolve_model_source
         from gapprune.serving.vllm_runtime import check_servable
 
+        if not timed:
+            return memory_only_costs(dims, options, self.settings, key)
         checks = check_shapes(dims)
         points, attn, widths, held_out = grid_points(dims, self.settings, checks)
         times: dict[str, dict[str, Any]] = {}
-        if not timed:
-            times = {name: {"decode_us": 0.0, "prompt_us": 0.0} for name in [*points, "dense"]}
-            costs = fit_costs(dims, options, times, attn, widths, held_out, {}, key)
-            costs.fit["timed"] = False
-            return costs
         config = AutoConfig.from_pretrained(resolve_model_source(model_spec)).to_dict()
         dense: Shapes = [(dims.n_heads, dims.n_kv_heads, dims.intermediate)] * dims.n_layers
         names = list(points)
