@@ -128,6 +128,35 @@ def data_dir() -> Path:
 STRICT_ENV = "GAPPRUNE_STRICT"  # set by .ci/run: a test that cannot run there fails instead of skipping
 
 
+DATA_PARTS = ("wikitext-2-raw", "ptb", "c4", "code", "humaneval", "commonsense", "alpaca")
+_skipped_under_strict: list[str] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under .ci/run, stop before the first test when the data folder is not all there: a CI run that lost
+    its data must fail, not pass on the tests that do not read it."""
+    if not os.environ.get(STRICT_ENV):
+        return
+    value = os.environ.get("GAPPRUNE_DATA")
+    folder = Path(value) if value else REPO.parent / "shared" / "data"
+    missing = [part for part in DATA_PARTS if not (folder / part).is_dir() or not any((folder / part).iterdir())]
+    if missing:
+        pytest.exit(f"${STRICT_ENV} is set and the data folder {folder} lacks {', '.join(missing)}: "
+                    "set GAPPRUNE_DATA to the folder holding the evaluation data", returncode=3)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get(STRICT_ENV) and report.skipped and not hasattr(report, "wasxfail"):
+        _skipped_under_strict.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under .ci/run a skipped test fails the run: every part it needs is installed there."""
+    if _skipped_under_strict and exitstatus == 0:
+        print(f"\n${STRICT_ENV} is set and {len(_skipped_under_strict)} tests skipped: {_skipped_under_strict[:5]}")
+        session.exitstatus = 1
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip on a developer's machine that lacks a part; fail under .ci/run, where every part must be there."""
     if os.environ.get(STRICT_ENV):

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 THROUGHPUT_PROMPT_TOKENS = 32
@@ -25,10 +26,12 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
         speedups,
         transformers_side,
     )
+    from gapprune.models.loading import resolve_model_source
     from gapprune.output import check_output, write_file_atomically
     from gapprune.serving.vllm_runtime import check_servable, find_vllm
 
-    folders = [args.model] + ([args.vs] if args.vs else [])
+    specs = [args.model] + ([args.vs] if args.vs else [])
+    folders = [resolve_model_source(spec) for spec in specs]  # an alias or a .gguf serves from its dequantised folder
     for folder in folders:  # refuse a bad folder before a minute of engine start
         check_servable(folder, args.tp)
     if args.out:
@@ -39,7 +42,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
     command = "gapprune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     prompt = torch.randint(0, 1000, (THROUGHPUT_PROMPT_TOKENS,), generator=torch.Generator().manual_seed(0)).tolist()
     records: list[dict[str, Any]] = []
-    for folder in folders:
+    for spec, folder in zip(specs, folders):
         parity = reference = None
         if args.parity:
             from transformers import AutoTokenizer
@@ -52,7 +55,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
             throughput_prompt=prompt, repeats=args.repeats, parity=parity, parity_tokens=PARITY_NEW_TOKENS,
             tensor_parallel=args.tp,
         )
-        about = describe(folder)
+        about = describe(folder, name=None if Path(spec).is_dir() else spec)
         served = serving_records(answer, about, env, new_tokens=new_tokens, command=command)
         records += served
         if parity is not None and reference is not None:
@@ -61,7 +64,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
             print(f"{folder}: greedy identical on {check['greedy_identical']} of {check['prompts']} prompts; "
                   f"ppl vLLM {check['ppl_vllm']:.4f} vs transformers {check['ppl_transformers']:.4f} "
                   f"({100 * check['ppl_rel_diff']:+.4f}%)")
-    for line in speedups([r for r in records if r["kind"] == "serving"], str(args.vs or "")):
+    for line in speedups([r for r in records if r["kind"] == "serving"], folders[1] if args.vs else ""):
         print(line)
     if args.out:
         write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")

@@ -34,12 +34,13 @@ def machine_line() -> str:
     return f"{platform.machine()} CPU ({processor_name()}), {torch.get_num_threads()} cores"
 
 
-def describe(folder: str | Path) -> Record:
-    """What a folder is: the model it came from, the method and ratio (dense when it has no plan.json)."""
+def describe(folder: str | Path, name: str | None = None) -> Record:
+    """What a folder is: the model it came from, the method and ratio (dense when it has no plan.json);
+    `name` is the alias or file a dense folder was made from, which says more than its cache folder's name."""
     folder = Path(folder)
     plan_file = folder / "plan.json"
     if not plan_file.is_file():
-        return {"model": folder.name, "folder": str(folder), "method": "dense", "ratio": 0.0, "ratio_of": "model"}
+        return {"model": name or folder.name, "folder": str(folder), "method": "dense", "ratio": 0.0, "ratio_of": "model"}
     plan = json.loads(plan_file.read_text())
     summary, config = plan["summary"], plan["config"]
     return {"model": source_model(folder), "folder": str(folder), "method": summary.get("allocator", "gap"),

@@ -42,7 +42,7 @@ class DistillConfig:
     self_windows: int = field(default=1024, metadata={"help": "windows of teacher-written text (self)"})
     self_len: int = field(default=512, metadata={"help": "tokens per teacher-written sequence (cut into windows)"})
     cache_dir: str | None = field(default=None, metadata={"help": "teacher-text cache (default $GAPPRUNE_CACHE/teacher_text)"})
-    seq_len: int = field(default=256, metadata={"help": "tokens per training window"})
+    seq_len: int = field(default=128, metadata={"help": "tokens per training window (128: what every distillation in docs/results/recovery.json trained on)"})
     params: str = field(default="decoder", metadata={"help": "what trains: decoder (the default, best measured: every decoder-layer parameter; embeddings, final norm and head stay the teacher's), all, or lora (adapters, merged at the end)"})
     rank: int = field(default=8, metadata={"help": "LoRA rank"})
     alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
