@@ -1,6 +1,6 @@
-"""Render the README's measured parts from docs/results/*.json.
+"""Render the README's measured parts (and docs/results.md's rendered tables) from docs/results/*.json.
 
-    python benchmarks/readme.py            # rewrite the rendered parts of README.md
+    python benchmarks/readme.py            # rewrite the rendered parts of README.md and docs/results.md
     python benchmarks/readme.py --check    # exit 1 when they differ from what the records render
 
 Every number in the README sits between `<!-- rendered:NAME -->` and `<!-- /rendered -->` and is
@@ -129,7 +129,8 @@ STUDIES = [("smollm2-135m", "model", 256, (0.25, 0.5), "wikitext2"), ("smollm2-1
            ("qwen2.5-coder-1.5b", "decoder", 64, (0.25, 0.5), "wikitext2"), ("qwen2.5-coder-1.5b", "decoder", 64, (0.25,), "c4")]
 
 
-def results(records: Records) -> str:
+def subsets(records: Records) -> str:
+    """The first-windows table of the allocator studies (docs/results.md), labelled as such."""
     rows = ["| model | removed | calibrated on | GAP + lsq | best baseline + lsq | GAP's margin |",
             "|---|---|---|---|---|---|"]
     dense_of = {}
@@ -149,6 +150,75 @@ def results(records: Records) -> str:
     return ("WikiText-2 / PTB / C4 perplexity, first windows of 128 tokens of each evaluation split (256 for "
             f"SmolLM2-135M, 64 for Qwen2.5-Coder-1.5B; — not measured, * the calibration text's own set); dense: {dense}.\n\n"
             + "\n".join(rows) + "\n")
+
+
+# The last change to the CLI defaults that a pruned model's records measure: the auto profiler's bf16 screen on a
+# CPU with AMX (e4de3ba, 2026-12-06) for every model, and a code model's code calibration (e45a6a5, same day). A
+# pruned record older than this measured another plan and is not shown; dense records do not depend on it.
+DEFAULTS_CHANGED = "2026-12-06"
+# (model, what the ratio is of, ratios) of the protocol table
+PROTOCOL_ROWS = [("smollm2-135m", "model", (0.25, 0.5)), ("qwen2.5-coder-1.5b", "decoder", (0.25,))]
+PROTOCOL_PPL = (("wikitext2", 128), ("ptb", 128), ("wikitext2", 2048))
+ZERO_SHOT = ("boolq", "piqa", "hellaswag", "winogrande", "arc_easy", "arc_challenge", "openbookqa")
+
+
+def default_calibration(model: str) -> str:
+    """The calibration text gapprune chooses for `model` when none is named (code for a code model)."""
+    from gapprune.data.domain import default_calibration as choose
+
+    return choose(model, None, code_available=True).calib
+
+
+def current(records: list[dict], model: str, allocator: str, ratio: float, of: str) -> list[dict]:
+    """The whole-set records of one model and method measured on a plan of today's defaults."""
+    if allocator == "dense":
+        return [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == "dense"]
+    return [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == allocator
+            and r.get("target_ratio", r.get("ratio")) == ratio and r.get("ratio_of") == of
+            and r.get("calibration") == default_calibration(model) and r["date"] >= DEFAULTS_CHANGED]
+
+
+def protocol_cells(found: list[dict]) -> list[float | None]:
+    """Whole-set perplexities (`PROTOCOL_PPL`), then the zero-shot mean of all 7 tasks and of the 6 without BoolQ."""
+    values: list[float | None] = []
+    for dataset, seq_len in PROTOCOL_PPL:
+        whole = [r["ppl"] for r in found if r["kind"] == "protocol" and r["dataset"] == dataset
+                 and r["seq_len"] == seq_len]
+        values.append(whole[-1] if whole else None)
+    accuracy = {r["task"]: r["value"] for r in found if r["kind"] == "protocol_zeroshot" and r.get("limit") is None}
+    for tasks in (ZERO_SHOT, ZERO_SHOT[1:]):
+        values.append(100 * sum(accuracy[t] for t in tasks) / len(tasks) if set(tasks) <= set(accuracy) else None)
+    return values
+
+
+def results(records: Records) -> str:
+    """The papers' protocols on whole test sets, for plans of today's defaults (`docs/results/protocols.json`)."""
+    rows = ["| model | removed | method | WikiText-2 @128 | PTB @128 | WikiText-2 @2048 | 7 tasks | 6 (no BoolQ) |",
+            "|---|---|---|---|---|---|---|---|"]
+    protocols = records["protocols"]
+    for model, of, ratios in PROTOCOL_ROWS:
+        dense = protocol_cells(current(protocols, model, "dense", 0.0, of))
+        if dense[0] is not None:
+            rows.append(protocol_row(model, of, "dense", 0.0, dense))
+        for ratio in ratios:
+            gap = protocol_cells(current(protocols, model, "gap", ratio, of))
+            if gap[0] is not None:
+                rows.append(protocol_row(model, of, "gap", ratio, gap, bold=True))
+            bases = {b: v for b in BASELINES if (v := protocol_cells(current(protocols, model, b, ratio, of)))[0]}
+            if bases:
+                name, best = min(bases.items(), key=lambda item: item[1][0] or float("inf"))  # best by WikiText-2
+                rows.append(protocol_row(model, of, f"{name} (best baseline)", ratio, best))
+    calib = ", ".join(f"{m} on {default_calibration(m)}" for m, _, _ in PROTOCOL_ROWS)
+    return ("Perplexity on the whole test sets (windows of 128 or 2,048 tokens, no BOS: LLM-Pruner's and SliceGPT's "
+            "protocols) and mean zero-shot accuracy (%) of BoolQ, PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c and "
+            f"OpenBookQA through lm-evaluation-harness, every item; plans of today's defaults (calibrated {calib}; "
+            f"records from {DEFAULTS_CHANGED} on), — not measured on such a plan yet.\n\n" + "\n".join(rows) + "\n")
+
+
+def protocol_row(model: str, of: str, method: str, ratio: float, values: list[float | None], bold: bool = False) -> str:
+    removed = "—" if ratio == 0 else f"{100 * ratio:.0f}% of the {of}"
+    text = ["—" if v is None else f"**{v:.1f}**" if bold else f"{v:.1f}" for v in values]
+    return f"| {model} | {removed} | {method} | " + " | ".join(text) + " |"
 
 
 TUNING_TEXT = {"distill-decoder:alpaca": "Alpaca", "distill-decoder:c4": "C4"}  # the runs the README compares
@@ -204,7 +274,7 @@ def recovered(records: Records, pruned: dict) -> str:
 
 
 BLOCKS: dict[str, Callable[[Records], str]] = {"main-job": main_job, "tests": tests, "hardware": hardware,
-                                               "main-job-output": main_job_output, "results": results,
+                                               "main-job-output": main_job_output, "results": results, "subsets": subsets,
                                                "recovery": recovery, "skills": skills}
 
 
@@ -219,16 +289,23 @@ def render(text: str, records: Records) -> str:
     return BLOCK.sub(block, text)
 
 
+RENDERED_FILES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="only compare; exit 1 when the README is stale")
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 when a rendered file is stale")
     args = p.parse_args()
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    rendered = render(text, load_records())
-    if args.check:
-        sys.exit(0 if rendered == text else 1)
-    readme.write_text(rendered)
+    records = load_records()
+    stale = []
+    for path in RENDERED_FILES:
+        text = path.read_text()
+        rendered = render(text, records)
+        if rendered != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(rendered)
+    sys.exit(1 if args.check and stale else 0)
 
 
 if __name__ == "__main__":

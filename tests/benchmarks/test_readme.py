@@ -23,9 +23,11 @@ def prose(text: str) -> str:
 
 
 def test_readme_rendered_parts_are_what_the_records_render_now():
-    text = README.read_text()
-    assert set(readme.BLOCKS) <= {m["name"] for m in readme.BLOCK.finditer(text)}
-    assert readme.render(text, readme.load_records()) == text, "stale README: run python benchmarks/readme.py"
+    texts = {path: path.read_text() for path in readme.RENDERED_FILES}
+    assert set(readme.BLOCKS) <= {m["name"] for text in texts.values() for m in readme.BLOCK.finditer(text)}
+    records = readme.load_records()
+    for path, text in texts.items():
+        assert readme.render(text, records) == text, f"stale {path.name}: run python benchmarks/readme.py"
 
 
 def test_readme_prose_restates_no_measured_number_and_stays_short():
@@ -41,14 +43,14 @@ def row(model: str, allocator: str, compensate: str, dataset: str, ppl: float, *
             "criterion": "obs", "profiler": "auto", **extra}
 
 
-def test_the_table_takes_the_latest_record_of_the_default_calibration_and_the_best_baseline():
+def test_the_subset_table_takes_the_latest_record_of_the_default_calibration_and_the_best_baseline():
     records = [row("smollm2-135m", "dense", "none", d, 50.0) for d in ("wikitext2", "ptb")]
     for dataset, gap, owl, depth in (("wikitext2", 90.0, 110.0, 120.0), ("ptb", 170.0, 260.0, 240.0)):
         records += [row("smollm2-135m", "gap", "lsq", dataset, gap + 5), row("smollm2-135m", "gap", "lsq", dataset, gap),
                     row("smollm2-135m", "owl", "lsq", dataset, owl), row("smollm2-135m", "depth", "lsq", dataset, depth),
                     row("smollm2-135m", "gap", "lsq", dataset, 1.0, calibration="c4"),  # another calibration
                     row("smollm2-135m", "gap", "lsq", dataset, 2.0, calib="wikitext2+ptb")]
-    table = readme.results({"allocators": records})
+    table = readme.subsets({"allocators": records})
     assert "| wikitext2 | **90.0* / 170.0 / —** | 110.0* / 260.0 / — (owl) | 18% / 35% / — |" in table
     assert "| c4 |" not in table  # the C4-calibrated GAP has no baseline to stand beside
     with pytest.raises(LookupError, match="no record of"):
@@ -58,3 +60,32 @@ def test_the_table_takes_the_latest_record_of_the_default_calibration_and_the_be
 def test_an_unknown_block_is_an_error_naming_the_known_ones():
     with pytest.raises(KeyError, match="has no renderer"):
         readme.render("<!-- rendered:nonsense -->\n<!-- /rendered -->", {})
+
+
+def whole(model: str, allocator: str, dataset: str, ppl: float, date: str = "2026-12-07", seq_len: int = 128,
+          **extra: object) -> dict:
+    return {"kind": "protocol", "model": model, "allocator": allocator, "dataset": dataset, "seq_len": seq_len,
+            "ppl": ppl, "date": date, "target_ratio": 0.0 if allocator == "dense" else 0.25, "ratio_of": "model",
+            "calibration": None if allocator == "dense" else "wikitext2", **extra}
+
+
+def test_the_protocol_table_shows_plans_of_todays_defaults_and_the_best_baseline_only():
+    records = [whole("smollm2-135m", "dense", "wikitext2", 56.0, date="2026-11-01"),
+               whole("smollm2-135m", "gap", "wikitext2", 90.0, date="2026-12-04"),  # an older plan: not shown
+               whole("smollm2-135m", "owl", "wikitext2", 120.0), whole("smollm2-135m", "depth", "wikitext2", 110.0),
+               whole("smollm2-135m", "gap", "wikitext2", 1.0, calibration="c4")]  # not the default calibration
+    records += [{"kind": "protocol_zeroshot", "model": "smollm2-135m", "method": "dense", "ratio": 0.0, "task": task,
+                 "value": value, "limit": None, "date": "2026-11-01"}
+                for task, value in zip(readme.ZERO_SHOT, (0.1, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4))]
+    table = readme.results({"protocols": records})
+    assert "| smollm2-135m | — | dense | 56.0 | — | — | 35.7 | 40.0 |" in table
+    assert "| smollm2-135m | 25% of the model | depth (best baseline) | 110.0 | — | — | — | — |" in table
+    assert "90.0" not in table and "| gap |" not in table and "owl" not in table
+    records.append(whole("smollm2-135m", "gap", "wikitext2", 100.0))
+    assert "| smollm2-135m | 25% of the model | gap | **100.0** | — | — | — | — |" in readme.results({"protocols": records})
+
+
+def test_a_code_model_row_takes_its_code_calibrated_plan():
+    records = [whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 40.0, ratio_of="decoder"),
+               whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 45.0, ratio_of="decoder", calibration="code")]
+    assert "| qwen2.5-coder-1.5b | 25% of the decoder | gap | **45.0** |" in readme.results({"protocols": records})
