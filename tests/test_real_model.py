@@ -102,6 +102,9 @@ def test_prune_command_end_to_end_with_gap(smollm2, data_dir, tmp_path):
     # lsq compensation (the default) adds one bias vector per compensated output projection
     assert sum(p.numel() for p in reloaded.parameters()) == plan["summary"]["params_after_with_added_biases"]
     assert plan["summary"]["params_after_with_added_biases"] - plan["summary"]["params_after"] < 0.001 * plan["summary"]["params_after"]
+    assert plan["summary"]["achieved_ratio_with_added_biases"] == pytest.approx(
+        1 - plan["summary"]["params_after_with_added_biases"] / plan["summary"]["params_before"], abs=1e-6)
+    assert plan["summary"]["achieved_ratio_with_added_biases"] < plan["summary"]["achieved_ratio"]
     evaluation = json.loads((out / "eval.json").read_text())
     dense, pruned = evaluation[0]["ppl"], evaluation[1]["ppl"]
     assert math.isfinite(pruned) and pruned > dense

@@ -158,6 +158,9 @@ def prune(
         del check
     added = _out_proj_bias_params(adapter) - biases_before  # bias compensation adds (hidden,) per component
     plan.summary["params_after_with_added_biases"] = plan.summary["params_after"] + added
+    # achieved_ratio counts the units removed; this one also counts what compensation added back
+    plan.summary["achieved_ratio_with_added_biases"] = round(
+        1 - plan.summary["params_after_with_added_biases"] / plan.summary["params_before"], 6)
     after = sum(p.numel() for p in model.parameters()) - added
     if after != plan.summary["params_after"]:
         raise RuntimeError(f"surgery left {after:,} parameters, the plan expected {plan.summary['params_after']:,}")

@@ -149,5 +149,7 @@ def test_the_report_counts_the_biases_compensation_added():
     assert added_bias_lines(summary) == [
         ("- the saved model holds 100,903,104 parameters: the 17,280 output-projection biases compensation added "
         "are not counted in the removed share above")]
+    summary["achieved_ratio_with_added_biases"] = 0.249875
+    assert added_bias_lines(summary)[0].endswith("(with them counted, 24.99% of the model is removed)")
     assert added_bias_lines({"params_after": 10, "params_after_with_added_biases": 10}) == []
     assert added_bias_lines({"params_after": 10}) == []

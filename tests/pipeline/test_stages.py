@@ -274,3 +274,18 @@ def test_a_prune_reports_its_predicted_loss_beside_the_measured_one_on_held_out_
     skipped = tmp_path / "unchecked"
     assert main(prune_args(folder, text, skipped, "--check-samples", "0")) == 0
     assert "plan_check" not in json.loads((skipped / "plan.json").read_text())["summary"]
+
+
+def test_the_printed_summary_and_plan_count_the_biases_lsq_adds(tiny_model_folder, tmp_path, cache, capsys):
+    import gapprune
+
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "out", *EXACT)) == 0
+    summary = json.loads((tmp_path / "out" / "plan.json").read_text())["summary"]
+    model, _ = gapprune.load(str(tmp_path / "out"))
+    saved = sum(p.numel() for p in model.parameters())
+    assert saved == summary["params_after_with_added_biases"] > summary["params_after"]
+    assert summary["achieved_ratio_with_added_biases"] == round(1 - saved / summary["params_before"], 6)
+    printed = capsys.readouterr().out
+    assert (f"the saved model holds {saved:,} parameters: {saved - summary['params_after']:,} output-projection "
+            f"biases added by lsq are not in the removed share") in printed

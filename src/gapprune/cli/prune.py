@@ -139,7 +139,8 @@ class PruneCommand:
         added = s.get("params_after_with_added_biases", s["params_after"]) - s["params_after"]
         if added:
             print(f"the saved model holds {s['params_after'] + added:,} parameters: {added:,} output-projection "
-                  f"biases added by {plan.config.get('compensate')} are not in the removed share")
+                  f"biases added by {plan.config.get('compensate')} are not in the removed share "
+                  f"(with them: {100 * s['achieved_ratio_with_added_biases']:.2f}% of the model)")
         if "measured_masked" in s.get("plan_check", {}):
             c = s["plan_check"]
             print(f"ΔL ({c['metric']}) predicted {c['predicted']:.4f}, measured {c['measured_masked']:.4f} unfitted / "

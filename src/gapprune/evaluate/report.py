@@ -37,8 +37,10 @@ def added_bias_lines(summary: dict[str, Any]) -> list[str]:
     with_biases = summary.get("params_after_with_added_biases")
     if not with_biases or with_biases == summary["params_after"]:
         return []
+    net = f" (with them counted, {100 * summary['achieved_ratio_with_added_biases']:.2f}% of the model is removed)" \
+        if "achieved_ratio_with_added_biases" in summary else ""
     return [(f"- the saved model holds {with_biases:,} parameters: the {with_biases - summary['params_after']:,} "
-            "output-projection biases compensation added are not counted in the removed share above")]
+            f"output-projection biases compensation added are not counted in the removed share above{net}")]
 
 
 def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[str, Any]] | None = None) -> str:
