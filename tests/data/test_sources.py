@@ -117,3 +117,17 @@ def test_calibration_ids_mix_two_files_in_equal_parts(tiny_model_folder, tmp_pat
     other_ids = set(tokenizer("lazy dog " * 4, add_special_tokens=False)["input_ids"])
     only_other = [set(row.tolist()) <= other_ids for row in ids]
     assert ids.shape == (6, 16) and only_other == [False, True] * 3
+
+
+def test_alpaca_is_a_named_set_split_by_row_so_tuning_never_reads_its_evaluation_rows(data_dir):
+    from gapprune.data.instructions import SPLIT_ROWS, format_example, load_alpaca_records
+
+    train, held_out = (load_alpaca_records("alpaca", data_dir, split) for split in ("train", "validation"))
+    assert (len(train), len(held_out)) == (4500, 500)
+    assert not {r["instruction"] + r["output"] for r in train} & {r["instruction"] + r["output"] for r in held_out}
+    text = load_text("alpaca", data_directory=data_dir)  # the evaluation split, as `gapprune ppl --dataset alpaca`
+    assert text.startswith("".join(format_example(held_out[0]))) and text.endswith(held_out[-1]["output"])
+    assert load_text("alpaca", "train", data_dir).startswith("".join(format_example(train[0])))
+    with pytest.raises(ValueError, match="splits train, validation"):
+        load_alpaca_records("alpaca", data_dir, "test")
+    assert SPLIT_ROWS["train"].stop == SPLIT_ROWS["validation"].start

@@ -21,7 +21,7 @@ class PplCommand:
     def add(sub: Any) -> None:
         p = sub.add_parser(PplCommand.name, help="perplexity of a model on a data set or text file")
         p.add_argument("model")
-        p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, code (Python source), or a "
+        p.add_argument("--dataset", default=None, help="wikitext2 (default), ptb, c4, code (Python source), alpaca (instructions), or a "
                        ".txt/.jsonl file")
         p.add_argument("--split", default=None,
                        help="default: the set's evaluation split (test; validation for c4 and code)")
@@ -109,7 +109,7 @@ class EvalCommand:
         p = sub.add_parser(EvalCommand.name, help="perplexity, zero-shot accuracy (lm-evaluation-harness) and "
                            "HumanEval pass@1")
         p.add_argument("model")
-        p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets: wikitext2, ptb, c4, code "
+        p.add_argument("--ppl", default=None, help="comma-separated perplexity data sets: wikitext2, ptb, c4, code, alpaca "
                        "or .txt/.jsonl files (default wikitext2,ptb; '' for none)")
         p.add_argument("--seq-len", type=int, default=None, help="tokens per window (default 128)")
         p.add_argument("--max-windows", type=window_count, default=None)

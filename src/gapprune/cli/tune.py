@@ -118,7 +118,7 @@ class TuneCommand:
 def check_tuning_text(config: Any, distill: bool) -> None:
     """Refuse training or validation text that cannot be read before anything loads: distillation's sources,
     or LoRA's instruction file."""
-    from gapprune.tune.alpaca import check_instruction_data
+    from gapprune.data.instructions import check_instruction_data
     from gapprune.tune.teacher_text import check_training_sources
 
     if distill:

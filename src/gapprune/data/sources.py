@@ -7,6 +7,7 @@ The data folder comes from `--data-dir` or `$GAPPRUNE_DATA`; its layout is
     c4/c4_train_00000_first1000.jsonl        C4 en train: the first 1,000 documents of shard 00000
     c4/c4_validation_2k.jsonl                C4 en validation: 2,000 documents
     code/python_stdlib_{train,validation}.txt  CPython 3.11 stdlib modules, plain text (80 / 88 modules)
+    alpaca/alpaca_data_cleaned_first5k.json    instruction records; rows 0-4,499 train, 4,500-4,999 validation
 
 Each set names the split a role reads: calibration, evaluation, and training (distillation). WikiText-2
 and PTB have no training role: their text is what pruned models are judged on. C4 calibrates and
@@ -41,6 +42,7 @@ class NamedTextSet:
     training_split: str | None = None  # what distillation may train on; None: an evaluation set, refused
     hub_files: dict[str, str] | None = None  # split -> data_files on the hub (C4: one shard, not 300 GB)
     joiner: str = "\n\n"
+    records: bool = False  # rows that need formatting (instruction data): read by `data/instructions.py`
 
 
 TEXT_SETS: dict[str, NamedTextSet] = {
@@ -77,6 +79,15 @@ TEXT_SETS: dict[str, NamedTextSet] = {
         calibration_split="train",
         evaluation_split="validation",
         training_split="train",
+    ),
+    "alpaca": NamedTextSet(  # instruction records, formatted with the Alpaca prompt; split by row
+        local={"train": "alpaca/alpaca_data_cleaned_first5k.json", "validation": "alpaca/alpaca_data_cleaned_first5k.json"},
+        field="instruction",
+        hub=("yahma/alpaca-cleaned", None),
+        calibration_split="train",
+        evaluation_split="validation",
+        training_split="train",
+        records=True,
     ),
 }
 
@@ -160,6 +171,10 @@ def load_text(name_or_path: str, split: str | None = None, data_directory: str |
         return read_text_file(name_or_path)
     spec = TEXT_SETS[name_or_path]
     split = split or spec.evaluation_split
+    if spec.records:
+        from gapprune.data.instructions import instruction_text
+
+        return instruction_text(split, data_directory)
     looked: list[str] = []
     folder = data_dir(data_directory)
     if folder is not None:

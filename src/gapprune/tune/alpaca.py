@@ -1,64 +1,11 @@
-"""Alpaca-format instruction data: records {instruction, input, output} -> token ids with the Alpaca prompt."""
+"""Alpaca-format instruction records -> token ids with the Alpaca prompt, for LoRA (the data: `data/instructions.py`)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from gapprune.data.sources import data_dir
-
-PROMPT_WITH_INPUT = (
-    "Below is an instruction that describes a task, paired with an input that provides further context. "
-    "Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
-)
-PROMPT_NO_INPUT = (
-    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Response:\n"
-)
-LOCAL_ALPACA = "alpaca/alpaca_data_cleaned_first5k.json"
-HUB_ALPACA = "yahma/alpaca-cleaned"
-
-
-def check_instruction_data(name_or_path: str) -> None:
-    """Refuse instruction data that is neither `alpaca` (data folder, then hub) nor an existing file."""
-    if name_or_path != "alpaca" and not Path(name_or_path).is_file():
-        raise FileNotFoundError(f"instruction data {name_or_path} does not exist")
-
-
-def load_alpaca_records(name_or_path: str, data_directory: str | Path | None = None) -> list[dict[str, str]]:
-    """Records from a local .json/.jsonl file, the data folder (`alpaca`), or the hub."""
-    path = Path(name_or_path)
-    if name_or_path == "alpaca":
-        root = data_dir(data_directory)
-        looked = []
-        if root is not None:
-            if (root / LOCAL_ALPACA).is_file():
-                path = root / LOCAL_ALPACA
-            looked.append(str(root / LOCAL_ALPACA))
-        if not path.is_file():
-            try:
-                import datasets
-
-                return list(datasets.load_dataset(HUB_ALPACA, split="train"))
-            except Exception as err:  # noqa: BLE001 - offline or missing datasets
-                looked.append(f"hub {HUB_ALPACA} ({type(err).__name__})")
-                raise FileNotFoundError("Alpaca data not found; looked at: " + "; ".join(looked)) from None
-    check_instruction_data(str(path))
-    text = path.read_text(encoding="utf-8")
-    records = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" else json.loads(text)
-    if not records or not all("instruction" in r and "output" in r for r in records):
-        raise ValueError(f"{path} is not Alpaca format (records need 'instruction' and 'output')")
-    return records
-
-
-def format_example(record: dict[str, str]) -> tuple[str, str]:
-    """(prompt, response) of one record."""
-    template = PROMPT_WITH_INPUT if record.get("input") else PROMPT_NO_INPUT
-    return template.format(instruction=record["instruction"], input=record.get("input", "")), record["output"]
+from gapprune.data.instructions import format_example
 
 
 def tokenize_examples(

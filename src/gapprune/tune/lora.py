@@ -13,9 +13,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from gapprune.data.instructions import load_alpaca_records
 from gapprune.models import get_adapter
 from gapprune.tune import checkpoint as ckpt
-from gapprune.tune.alpaca import collate, load_alpaca_records, tokenize_examples
+from gapprune.tune.alpaca import collate, tokenize_examples
 from gapprune.tune.configs import TuneConfig
 from gapprune.tune.progress import advance, training_bar
 

@@ -34,7 +34,7 @@ from gapprune.data import (
     split_for,
     tokenize_text,
 )
-from gapprune.tune.alpaca import format_example, load_alpaca_records
+from gapprune.data.instructions import format_example, load_alpaca_records
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +136,12 @@ def training_windows(
                 raise ValueError("teacher-written text needs the teacher and a cache folder")
             windows = teacher_windows(teacher, tokenizer, n_windows=self_windows, seq_len=seq_len, gen_len=self_len,
                                       seed=seed, cache_dir=cache_dir, teacher_id=teacher_id)
+        elif source == "alpaca" or source.endswith((".json", ".jsonl")) and not _is_text_jsonl(source):
+            # records with EOS between them (the alpaca set's train rows, or all of a file's)
+            windows = pack_windows(alpaca_stream(load_alpaca_records(source, data_dir), tokenizer), seq_len, bos)
         elif source in TEXT_SETS:
             text = load_text(source, split_for(source, "training"), data_dir)
             windows = pack_windows(tokenize_text(text, tokenizer), seq_len, bos)
-        elif source == "alpaca" or source.endswith((".json", ".jsonl")) and not _is_text_jsonl(source):
-            windows = pack_windows(alpaca_stream(load_alpaca_records(source, data_dir), tokenizer), seq_len, bos)
         else:  # an existing text file (check_training_sources)
             windows = pack_windows(tokenize_text(read_text_file(source), tokenizer), seq_len, bos)
         out.append(windows)
