@@ -169,13 +169,18 @@ def default_calibration(model: str) -> str:
     return choose(model, None, code_available=True).calib
 
 
-def current(records: list[dict], model: str, allocator: str, ratio: float, of: str) -> list[dict]:
-    """The whole-set records of one model and method measured on a plan of today's defaults."""
+def current(records: list[dict], model: str, allocator: str, ratio: float, of: str) -> tuple[list[dict], str]:
+    """The whole-set records of one model and method on a plan of today's defaults, and the method's label;
+    where none exist yet, those of the latest earlier plan, labelled with its date."""
     if allocator == "dense":
-        return [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == "dense"]
-    return [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == allocator
-            and r.get("target_ratio", r.get("ratio")) == ratio and r.get("ratio_of") == of
-            and r.get("calibration") == default_calibration(model) and r["date"] >= DEFAULTS_CHANGED]
+        return [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == "dense"], ""
+    found = [r for r in records if r.get("model") == model and r.get("allocator", r.get("method")) == allocator
+             and r.get("target_ratio", r.get("ratio")) == ratio and r.get("ratio_of") == of
+             and r.get("calibration") == default_calibration(model)]
+    fresh = [r for r in found if r["date"] >= DEFAULTS_CHANGED]
+    if fresh or not found:
+        return fresh, ""
+    return found, f" (plans of {min(r['date'] for r in found)}, earlier defaults)"
 
 
 def protocol_cells(found: list[dict]) -> list[float | None]:
@@ -197,22 +202,28 @@ def results(records: Records) -> str:
             "|---|---|---|---|---|---|---|---|"]
     protocols = records["protocols"]
     for model, of, ratios in PROTOCOL_ROWS:
-        dense = protocol_cells(current(protocols, model, "dense", 0.0, of))
+        dense = protocol_cells(current(protocols, model, "dense", 0.0, of)[0])
         if dense[0] is not None:
             rows.append(protocol_row(model, of, "dense", 0.0, dense))
         for ratio in ratios:
-            gap = protocol_cells(current(protocols, model, "gap", ratio, of))
+            found, when = current(protocols, model, "gap", ratio, of)
+            gap = protocol_cells(found)
             if gap[0] is not None:
-                rows.append(protocol_row(model, of, "gap", ratio, gap, bold=True))
-            bases = {b: v for b in BASELINES if (v := protocol_cells(current(protocols, model, b, ratio, of)))[0]}
+                rows.append(protocol_row(model, of, "gap" + when, ratio, gap, bold=True))
+            bases = {}
+            for b in BASELINES:
+                found, when = current(protocols, model, b, ratio, of)
+                if (values := protocol_cells(found))[0] is not None:
+                    bases[b + when] = values
             if bases:
                 name, best = min(bases.items(), key=lambda item: item[1][0] or float("inf"))  # best by WikiText-2
-                rows.append(protocol_row(model, of, f"{name} (best baseline)", ratio, best))
+                rows.append(protocol_row(model, of, f"{name}, best baseline", ratio, best))
     calib = ", ".join(f"{m} on {default_calibration(m)}" for m, _, _ in PROTOCOL_ROWS)
     return ("Perplexity on the whole test sets (windows of 128 or 2,048 tokens, no BOS: LLM-Pruner's and SliceGPT's "
             "protocols) and mean zero-shot accuracy (%) of BoolQ, PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c and "
             f"OpenBookQA through lm-evaluation-harness, every item; plans of today's defaults (calibrated {calib}; "
-            f"records from {DEFAULTS_CHANGED} on), — not measured on such a plan yet.\n\n" + "\n".join(rows) + "\n")
+            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; — not measured.\n\n"
+            + "\n".join(rows) + "\n")
 
 
 def protocol_row(model: str, of: str, method: str, ratio: float, values: list[float | None], bold: bool = False) -> str:
