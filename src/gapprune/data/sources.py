@@ -23,11 +23,10 @@ Any `.txt` or `.jsonl` path can be given instead of a name.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_ENV = "GAPPRUNE_DATA"
+from gapprune.data.folder import DATA_ENV, data_dir
 
 
 @dataclass(frozen=True)
@@ -100,12 +99,6 @@ def split_for(name: str, role: str, requested: str | None = None) -> str | None:
     if name not in TEXT_SETS:
         return None
     return requested or getattr(TEXT_SETS[name], f"{role}_split")
-
-
-def data_dir(explicit: str | Path | None = None) -> Path | None:
-    """The data folder: the explicit argument, else `$GAPPRUNE_DATA`, else None."""
-    value = explicit or os.environ.get(DATA_ENV)
-    return Path(value) if value else None
 
 
 def _read_jsonl_rows(path: Path, field: str | None) -> list[str]:
