@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gapprune.data.folder import DATA_ENV, data_dir
+from gapprune.data.instructions import HUB_ALPACA, LOCAL_ALPACA, instruction_text
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,9 @@ TEXT_SETS: dict[str, NamedTextSet] = {
         training_split="train",
     ),
     "alpaca": NamedTextSet(  # instruction records, formatted with the Alpaca prompt; split by row
-        local={"train": "alpaca/alpaca_data_cleaned_first5k.json", "validation": "alpaca/alpaca_data_cleaned_first5k.json"},
+        local={"train": LOCAL_ALPACA, "validation": LOCAL_ALPACA},
         field="instruction",
-        hub=("yahma/alpaca-cleaned", None),
+        hub=(HUB_ALPACA, None),
         calibration_split="train",
         evaluation_split="validation",
         training_split="train",
@@ -165,8 +166,6 @@ def load_text(name_or_path: str, split: str | None = None, data_directory: str |
     spec = TEXT_SETS[name_or_path]
     split = split or spec.evaluation_split
     if spec.records:
-        from gapprune.data.instructions import instruction_text
-
         return instruction_text(split, data_directory)
     looked: list[str] = []
     folder = data_dir(data_directory)
