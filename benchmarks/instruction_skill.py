@@ -5,7 +5,8 @@
 The dense model, the README job's folder (`--ratio 0.25`, calibrated on WikiText-2) and the same command
 calibrated on instructions (`--calib alpaca`: the Alpaca set's train rows) are measured by `gapprune ppl` on
 the Alpaca set's 500 held-out rows (the whole evaluation split, windows of 128 tokens) and on the first 256
-windows of 128 tokens of the WikiText-2 test; one `skill_ppl` record per model and data set.
+windows of 128 tokens of the WikiText-2 test; one `skill_ppl` record per model and data set. The
+instruction-calibrated folder is pruned again unless its `run.json` already records that command.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def alpaca_prune() -> list[str]:
     return [PRUNED["alpaca"] if w == PRUNED["wikitext2"] else w for w in words] + ["--calib", "alpaca"]
 
 
+def pruned_by(folder: str, command: list[str]) -> bool:
+    """Whether `folder` holds the output of `command` (plots aside), so a rerun measures it instead of pruning."""
+    run = Path(folder, "run.json")
+    if not (run.is_file() and Path(folder, "plan.json").is_file()):
+        return False
+    recorded = json.loads(run.read_text()).get("command", "").split()
+    return [w for w in recorded if w != "--no-plots"] == ["gapprune", *(w for w in command if w != "--no-plots")]
+
+
 def main() -> None:
     p = parser(__doc__, out="docs/results/skills.json")
     args = p.parse_args()
@@ -48,7 +58,8 @@ def main() -> None:
         raise SystemExit("set GAPPRUNE_DATA to the data folder")
     if not Path(PRUNED["wikitext2"], "plan.json").is_file():
         raise SystemExit(f"{PRUNED['wikitext2']} is missing: run the README's main job first")
-    subprocess.run([GAPPRUNE, *alpaca_prune()], check=True, capture_output=True)
+    if not pruned_by(PRUNED["alpaca"], alpaca_prune()):
+        subprocess.run([GAPPRUNE, *alpaca_prune()], check=True, capture_output=True)
     log = ResultLog(args.out)
     for model, method, calibration in [("smollm2-135m", "dense", None), *((f, "gap", c) for c, f in PRUNED.items())]:
         for dataset in EVALUATIONS:
