@@ -271,7 +271,7 @@ def skills(records: Records) -> str:
             f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
             f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "
             f"{dense['passed']}/{dense['n']} ({100 * dense['value']:.1f}%; greedy, generated in vLLM, "
-            "`docs/results/skills.json`)" + recovered(records, pruned) + ".\n")
+            "`docs/results/skills.json`)" + recovered(records, pruned) + "." + instructions(records) + "\n")
 
 
 def recovered(records: Records, pruned: dict) -> str:
@@ -284,6 +284,24 @@ def recovered(records: Records, pruned: dict) -> str:
     minutes = round(r["tuning"]["train_s"] / 60)
     return (f"; {minutes} minutes of `tune --distill --data {r['calibration']} --params lora` then: "
             f"{r['passed']}/{r['n']} ({100 * r['value']:.1f}%)")
+
+
+def instructions(records: Records) -> str:
+    """What an instruction model keeps, by calibration text: held-out Alpaca beside WikiText-2 (`skill_ppl`)."""
+    found = [r for r in records["skills"] if r.get("kind") == "skill_ppl"]
+    latest_of = {(r["method"], r["calibration"], r["dataset"]): r for r in found}  # the last record of each
+    calibrations = sorted({c for m, c, _ in latest_of if m == "gap"})
+    if ("dense", None, "alpaca") not in latest_of or not calibrations:
+        return ""
+    ratio = next(r["ratio"] for r in found if r["method"] == "gap")
+
+    def line(dataset: str, name: str) -> str:
+        pruned = " / ".join(f"{latest_of[('gap', c, dataset)]['ppl']:.1f}" for c in calibrations)
+        return f"{name} {pruned} against dense {latest_of[('dense', None, dataset)]['ppl']:.1f}"
+
+    return (f" An instruction model keeps its job the same way: {found[0]['model']} at {100 * ratio:.0f}%, calibrated "
+            f"on {' / '.join(calibrations)}, reads perplexity {line('alpaca', 'on held-out Alpaca instructions')}, "
+            f"and {line('wikitext2', 'on WikiText-2 (first 256 windows)')} (`benchmarks/instruction_skill.py`).")
 
 
 BLOCKS: dict[str, Callable[[Records], str]] = {"main-job": main_job, "tests": tests, "hardware": hardware,

@@ -92,3 +92,19 @@ def test_a_code_model_row_takes_its_code_calibrated_plan():
     records = [whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 40.0, ratio_of="decoder"),
                whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 45.0, ratio_of="decoder", calibration="code")]
     assert "| qwen2.5-coder-1.5b | 25% of the decoder | gap | **45.0** |" in readme.results({"protocols": records})
+
+
+def test_the_instruction_sentence_sets_each_calibration_beside_dense_on_both_texts():
+    def skill(method: str, calibration: str | None, dataset: str, ppl: float) -> dict:
+        return {"kind": "skill_ppl", "model": "smollm2-135m", "method": method, "calibration": calibration,
+                "ratio": 0.0 if method == "dense" else 0.25, "dataset": dataset, "ppl": ppl}
+
+    records = [skill("dense", None, "alpaca", 5.0), skill("dense", None, "wikitext2", 50.0),
+               skill("gap", "wikitext2", "alpaca", 9.0), skill("gap", "wikitext2", "wikitext2", 90.0),
+               skill("gap", "alpaca", "alpaca", 7.0), skill("gap", "alpaca", "alpaca", 6.0),  # the later one counts
+               skill("gap", "alpaca", "wikitext2", 120.0)]
+    sentence = readme.instructions({"skills": records})
+    assert "at 25%, calibrated on alpaca / wikitext2" in sentence
+    assert "on held-out Alpaca instructions 6.0 / 9.0 against dense 5.0" in sentence
+    assert "on WikiText-2 (first 256 windows) 120.0 / 90.0 against dense 50.0" in sentence
+    assert readme.instructions({"skills": records[:2]}) == ""  # no pruned model measured: nothing said
