@@ -51,6 +51,18 @@ def test_other_models_are_not(spec):
     assert default_calibration(spec, SimpleNamespace(), code_available=True).calib == "wikitext2"
 
 
+@pytest.mark.parametrize(("spec", "name_or_path", "evidence"), [
+    ("smollm2-135m", "/cache/SmolLM2-135M-Instruct.Q4_1-c937e79a193b", "'instruct'"),
+    ("google/gemma-3-1b-it", "", "'it'"), ("my_chat_model", "", "'chat'"),
+])
+def test_an_instruction_model_keeps_prose_and_is_told_the_instruction_flag(spec, name_or_path, evidence):
+    choice = default_calibration(spec, SimpleNamespace(_name_or_path=name_or_path), code_available=True)
+    assert choice.calib == "wikitext2" and f"instruction model (its name says {evidence})" in choice.message
+    assert "--calib alpaca" in choice.message
+    assert default_calibration("meta-llama/Llama-3.2-1B", SimpleNamespace(), code_available=True).message is None
+    assert "code model" in default_calibration("qwen2.5-coder-1.5b-instruct", SimpleNamespace(), True).message
+
+
 def test_a_code_model_without_code_text_keeps_prose_and_says_how_to_fix_it():
     choice = default_calibration("qwen2.5-coder-1.5b", SimpleNamespace(), code_available=False)
     assert choice.calib == "wikitext2" and "--calib" in choice.message and "code" in choice.message
