@@ -178,10 +178,26 @@ def resolve_alias(name: str, cache_dir: Path | None = None) -> Path:
     return target
 
 
+CONTENT_SAMPLE_BYTES = 1 << 20
+
+
+def gguf_content_key(gguf: Path) -> str:
+    """A short key of the file's content (its size, first and last MiB), not of its path or time.
+
+    The same packaged file installed in every new virtual environment gets a new path and mtime; keyed on
+    those, each environment left its own dequantized copy behind (half a GB for the embedded model).
+    """
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with gguf.open("rb") as handle:
+        digest.update(handle.read(CONTENT_SAMPLE_BYTES))
+        handle.seek(max(size - CONTENT_SAMPLE_BYTES, 0))
+        digest.update(handle.read(CONTENT_SAMPLE_BYTES))
+    return digest.hexdigest()[:12]
+
+
 def _gguf_cache_folder(gguf: Path, cache_dir: Path) -> Path:
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:12]
-    return cache_dir / "gguf" / f"{gguf.stem}-{key}"
+    return cache_dir / "gguf" / f"{gguf.stem}-{gguf_content_key(gguf)}"
 
 
 def _dequantize_gguf(gguf: Path, target: Path) -> None:
