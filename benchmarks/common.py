@@ -78,6 +78,15 @@ class ResultLog:
         return any(all(k in r and r[k] == v for k, v in labels.items()) for r in self.records)
 
 
+def pruned_by(folder: str, command: list[str]) -> bool:
+    """Whether `folder` holds the output of `command` (plots aside), so a rerun measures it instead of pruning."""
+    run = Path(folder, "run.json")
+    if not (run.is_file() and Path(folder, "plan.json").is_file()):
+        return False
+    recorded = json.loads(run.read_text()).get("command", "").split()
+    return [w for w in recorded if w != "--no-plots"] == ["gapprune", *(w for w in command if w != "--no-plots")]
+
+
 def parser(description: str | None, out: str | None = None) -> argparse.ArgumentParser:
     """--model, --data-dir and --out, with the shared defaults."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)

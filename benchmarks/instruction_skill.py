@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GAPPRUNE, ResultLog, parser
+from common import GAPPRUNE, ResultLog, parser, pruned_by
 from readme import MAIN_JOB
 
 PRUNED = {"wikitext2": "runs/smollm2-gap-25", "alpaca": "runs/smollm2-gap-25-alpaca"}
@@ -40,15 +40,6 @@ def alpaca_prune() -> list[str]:
     words = MAIN_JOB.split()
     words = words[: words.index("--eval")] + words[words.index("--eval-windows") + 2:]
     return [PRUNED["alpaca"] if w == PRUNED["wikitext2"] else w for w in words] + ["--calib", "alpaca"]
-
-
-def pruned_by(folder: str, command: list[str]) -> bool:
-    """Whether `folder` holds the output of `command` (plots aside), so a rerun measures it instead of pruning."""
-    run = Path(folder, "run.json")
-    if not (run.is_file() and Path(folder, "plan.json").is_file()):
-        return False
-    recorded = json.loads(run.read_text()).get("command", "").split()
-    return [w for w in recorded if w != "--no-plots"] == ["gapprune", *(w for w in command if w != "--no-plots")]
 
 
 def main() -> None:

@@ -30,3 +30,16 @@ def test_recorded_commands_name_no_path_of_this_machine() -> None:
             f"--data-dir={root.parent / 'shared' / 'data'}", "--models", "runs/x"]
     assert _common.portable_command(argv) == ("python benchmarks/protocols.py --out docs/results/p.json "
                                               "--data-dir=../shared/data --models runs/x")
+
+
+def test_a_folder_counts_as_pruned_by_a_command_only_when_its_run_record_names_that_command(tmp_path: Path) -> None:
+    pruned_by = _common.pruned_by
+    folder = tmp_path / "m"
+    folder.mkdir()
+    command = ["prune", "m0", "--ratio", "0.25", "--calib", "c4", "--out", str(folder), "--no-plots"]
+    (folder / "run.json").write_text(json.dumps({"command": "gapprune " + " ".join(command[:-1])}))
+    assert not pruned_by(str(folder), command)  # no plan.json: a stopped prune
+    (folder / "plan.json").write_text("{}")
+    assert pruned_by(str(folder), command)  # plots or not, the same plan
+    assert not pruned_by(str(folder), [w if w != "c4" else "self" for w in command])
+    assert not pruned_by(str(tmp_path / "absent"), command)
