@@ -79,6 +79,7 @@ def test_a_saved_plan_reproduces_the_pruned_model(tiny_model_folder, tmp_path, c
     peaks = run["peak_rss_mb_after"]  # which phase set the peak: the running peak after each
     assert set(peaks) == set(run["phases"]) and max(peaks.values()) <= run["peak_rss_mb"]
     assert run["machine"]["cores"] >= 1 and run["throughput"]["dense_forward_tokens_per_s"] > 0
+    assert run["command"].split() == ["gapprune", *prune_args(folder, text, tmp_path / "first")]  # not pytest's argv
     without_ratio = [a for a in prune_args(folder, text, tmp_path / "again", "--plan", str(plan)) if a not in ("--ratio", "0.3")]
     assert main(without_ratio) == 0  # the plan carries its ratio
     again = json.loads((tmp_path / "again" / "run.json").read_text())["phases"]

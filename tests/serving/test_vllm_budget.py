@@ -4,29 +4,14 @@ weights, the same DP as llama.cpp's, and the pruned folder measured against the 
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from gapprune.budget import MemoryBudget, SpeedupBudget
 from gapprune.budgets.microbench import BenchSettings
 from gapprune.runtimes.vllm import Vllm, shape_config, with_anchor
-from tests.serving.test_vllm_models import servable_tiny
 
 SMALL = BenchSettings(file_type="f32", prompt_tokens=8, new_tokens=8, repeats=2, mlp_grid=2)
-
-
-@pytest.fixture(scope="module")
-def servable_folder(tiny_model_folder, tmp_path_factory):
-    """A tiny Llama with heads of 32 (vLLM's CPU attention has none of 16) and the suite's real tokenizer."""
-    folder, text = tiny_model_folder
-    out = tmp_path_factory.mktemp("vllm_budget") / "model"
-    model = servable_tiny("llama")
-    model.resize_token_embeddings(json.loads((folder / "config.json").read_text())["vocab_size"])
-    model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(folder / name, out / name)
-    return out, text
 
 
 def test_a_shape_without_attention_keeps_one_head_in_layer_0() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 
@@ -14,23 +13,7 @@ from gapprune.models import get_adapter
 from gapprune.serving.vllm_plugin import ARCHITECTURES
 from gapprune.serving.vllm_runtime import check_servable, engine_env, not_divisible, run_job
 from tests.conftest import FAMILIES
-
-MODEL_CLASSES = {family: type(build()) for family, build in FAMILIES.items()}
-
-
-def servable_tiny(family: str) -> torch.nn.Module:
-    """The suite's tiny model of `family` with heads of 32: vLLM's CPU attention has no kernel for 16."""
-    config = copy.deepcopy(FAMILIES[family]().config)
-    config.hidden_size, config.head_dim = 128, 32
-    if family == "gemma3":
-        config.query_pre_attn_scalar = 32
-    torch.manual_seed(0)
-    model = MODEL_CLASSES[family](config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(-0.5, 0.5)  # act on every norm (Gemma's are 1 + weight, zero at init)
-    return model
+from tests.serving.conftest import servable_tiny
 
 
 def pruned_with_biases(family: str) -> torch.nn.Module:
@@ -151,6 +134,7 @@ def test_a_plan_pruned_for_two_ranks_serves_over_two_ranks_as_transformers_runs_
         "tasks": [{"kind": "prompt_logprobs", "windows": prompts.tolist()},
                   {"kind": "generate", "prompts": prompts.tolist(), "max_tokens": 6}]})
     served_logprobs, generated = answer["results"]
+    assert answer["tensor_parallel_size"] == 2  # the engine's own word that it ran two ranks
     assert torch.allclose(torch.tensor(served_logprobs["logprobs"]), wanted, atol=2e-4, rtol=0)
     assert generated["tokens"] == greedy.tolist()
 

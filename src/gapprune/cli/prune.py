@@ -122,7 +122,7 @@ class PruneCommand:
                 {"model": "pruned", **evaluate_ppl(model, tokenizer, d, **kwargs).to_record()} for d in datasets
             ]
         run = run_record(time.perf_counter() - start, phases, config.calib_samples * config.seq_len,
-                         device=config.device, command=["gapprune", *sys.argv[1:]],
+                         device=config.device, command=args.command_line,
                          dtype=str(next(model.parameters()).dtype).removeprefix("torch."))  # resolved, not "auto"
         if args.gguf:  # before the folder: a budget's check of this file is written into the folder atomically
             from gapprune.export.gguf import export_gguf

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
     env = find_vllm(args.vllm_python)
     batches = [int(b) for b in (args.batches or "1,16,64").split(",")]
     new_tokens = args.new_tokens or 64
-    command = "gapprune " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = " ".join(shlex.quote(a) for a in args.command_line)
     prompt = torch.randint(0, 1000, (THROUGHPUT_PROMPT_TOKENS,), generator=torch.Generator().manual_seed(0)).tolist()
     records: list[dict[str, Any]] = []
     for spec, folder in zip(specs, folders):

@@ -96,6 +96,7 @@ def serve_and_measure(
     vocab = int(config.get("vocab_size", 32000))
     ttft_prompt = [int(t) % vocab for t in torch.randint(0, vocab, (ttft_tokens,), generator=torch.Generator()
                                                         .manual_seed(0)).tolist()]
+    throughput_prompt = [t % vocab for t in throughput_prompt]  # ids that exist in a small vocabulary too
     tasks: list[Record] = [
         {"kind": "throughput", "batches": batches, "prompt": throughput_prompt, "new_tokens": new_tokens,
          "repeats": repeats},
@@ -104,8 +105,14 @@ def serve_and_measure(
     if parity is not None:
         tasks += [{"kind": "generate", "prompts": parity[0], "max_tokens": parity_tokens},
                   {"kind": "prompt_logprobs", "windows": parity[1].tolist()}]
-    longest = max(ttft_tokens + 8, len(throughput_prompt) + new_tokens + 8, parity_tokens + 256,
+    longest = max(ttft_tokens + 8, len(throughput_prompt) + new_tokens + 8,
+                  max(len(p) for p in parity[0]) + parity_tokens + 8 if parity is not None else 0,
                   parity[1].shape[1] + 8 if parity is not None else 0)
+    positions = config.get("max_position_embeddings")
+    if positions is not None and longest > positions:
+        raise ValueError(f"{folder} holds {positions} positions and this bench needs {longest} (a {ttft_tokens}-token "
+                         f"prompt for the first token, {new_tokens} new tokens); pass a smaller --prompt-tokens or "
+                         "--new-tokens")
     job = {"model": str(folder), "dtype": "float32", "enforce_eager": True, "max_model_len": longest,
            "tensor_parallel_size": tensor_parallel, "tasks": tasks,
            # 4 GiB of KV cache holds batch 64 many times
@@ -117,7 +124,7 @@ def serving_records(answer: Record, about: Record, env: VllmEnvironment, *, new_
     """`kind: serving` records, one per batch size, each carrying the folder's time to first token."""
     throughput, ttft = answer["results"][0], answer["results"][1]
     common = {"runtime": "vllm", "vllm_version": env.vllm_version, "dtype": "float32", "enforce_eager": True,
-              "kv_cache_gib": SERVING_KV_CACHE_GIB,
+              "kv_cache_gib": SERVING_KV_CACHE_GIB, "tensor_parallel": answer["tensor_parallel_size"],
               "new_tokens": new_tokens, "ttft_ms": round(ttft["ttft_ms"], 1), "machine": machine_line(),
               "command": command, "date": datetime.date.today().isoformat()}
     return [{"kind": "serving", **about, "batch": run["batch"], "tokens_per_s": round(run["tokens_per_s"], 2),
@@ -132,7 +139,7 @@ def parity_record(answer: Record, reference: Record, windows: torch.Tensor, abou
     nll = -math.fsum(lp for window in logprobs for lp in window) / sum(len(w) for w in logprobs)
     ppl = math.exp(nll)
     return {"kind": "serving_parity", **about, "runtime": "vllm", "vllm_version": env.vllm_version,
-            "dtype": "float32", "prompts": len(generated), "new_tokens": len(generated[0]) if generated else 0,
+            "tensor_parallel": answer["tensor_parallel_size"], "dtype": "float32", "prompts": len(generated), "new_tokens": len(generated[0]) if generated else 0,
             "greedy_identical": identical, "windows": int(windows.shape[0]), "seq_len": int(windows.shape[1]),
             "ppl_vllm": round(ppl, 4), "ppl_transformers": round(reference["ppl"], 4),
             "ppl_rel_diff": round(ppl / reference["ppl"] - 1, 6), "machine": machine_line(), "command": command,

@@ -119,8 +119,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     llm = _engine(job)
     load_s = time.perf_counter() - start
     results = [TASKS[t["kind"]](llm, t) for t in job["tasks"]]
+    ranks = llm.llm_engine.vllm_config.parallel_config.tensor_parallel_size  # what the engine ran, not what was asked
     del llm  # shut the engine down before the next one (or the exit) starts
-    return {"vllm_version": vllm.__version__, "load_s": load_s, "results": results}
+    return {"vllm_version": vllm.__version__, "load_s": load_s, "tensor_parallel_size": ranks, "results": results}
 
 
 def run_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
