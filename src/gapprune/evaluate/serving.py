@@ -139,7 +139,8 @@ def parity_record(answer: Record, reference: Record, windows: torch.Tensor, abou
     nll = -math.fsum(lp for window in logprobs for lp in window) / sum(len(w) for w in logprobs)
     ppl = math.exp(nll)
     return {"kind": "serving_parity", **about, "runtime": "vllm", "vllm_version": env.vllm_version,
-            "tensor_parallel": answer["tensor_parallel_size"], "dtype": "float32", "prompts": len(generated), "new_tokens": len(generated[0]) if generated else 0,
+            "tensor_parallel": answer["tensor_parallel_size"], "dtype": "float32", "prompts": len(generated),
+            "new_tokens": len(generated[0]) if generated else 0,
             "greedy_identical": identical, "windows": int(windows.shape[0]), "seq_len": int(windows.shape[1]),
             "ppl_vllm": round(ppl, 4), "ppl_transformers": round(reference["ppl"], 4),
             "ppl_rel_diff": round(ppl / reference["ppl"] - 1, 6), "machine": machine_line(), "command": command,
