@@ -8,8 +8,9 @@ For each calibration the model is pruned with the CLI's defaults otherwise (`--r
 `runs/qwen15-gap-25-<calibration>`, unless that folder's `run.json` already records the command; then
 `gapprune eval --tasks humaneval --generation vllm` gives greedy pass@1 on the 164 problems, and `gapprune ppl`
 the perplexity on the first 64 windows of 128 tokens of the held-out Python source (`code`) and of the
-WikiText-2 test. One `skill` record per calibration (pass@1, the fraction of dense, both perplexities and the
-prune's ΔL check), written as soon as it is measured, so a stopped sweep keeps what it finished.
+WikiText-2 test (the dense model's too, once, as `skill_ppl` records). One `skill` record per calibration (pass@1,
+the fraction of dense, both perplexities and the prune's ΔL check), written as soon as it is measured, so a stopped
+sweep keeps what it finished.
 Each calibration costs about half an hour of pruning and half an hour of HumanEval on two cores.
 """
 
@@ -89,6 +90,11 @@ def main() -> None:
         os.environ["GAPPRUNE_DATA"] = args.data_dir
     log = ResultLog(args.out)
     dense = dense_pass_rate(log)
+    for name in PERPLEXITY_SETS:  # the dense model's, once, for the pruned ones to be read against
+        if not log.done(kind="skill_ppl", model=MODEL, method="dense", dataset=name, windows=64):
+            log.emit({"kind": "skill_ppl", "model": MODEL, "method": "dense", "ratio": 0.0, "ratio_of": "decoder",
+                      "calibration": None, "folder": MODEL, "dataset": name, "seq_len": 128, "windows": 64,
+                      "ppl": perplexity(MODEL, name)})
     for calibration in args.calibrations.split(","):
         model = folder(calibration)
         if not pruned_by(model, prune_command(calibration)):
