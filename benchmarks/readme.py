@@ -222,8 +222,29 @@ def results(records: Records) -> str:
     return ("Perplexity on the whole test sets (windows of 128 or 2,048 tokens, no BOS: LLM-Pruner's and SliceGPT's "
             "protocols) and mean zero-shot accuracy (%) of BoolQ, PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c and "
             f"OpenBookQA through lm-evaluation-harness, every item; plans of today's defaults (calibrated {calib}; "
-            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; — not measured.\n\n"
-            + "\n".join(rows) + "\n")
+            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; — not measured."
+            + "".join(prose_calibrated(protocols, m, of, ratios) for m, of, ratios in PROTOCOL_ROWS)
+            + "\n\n" + "\n".join(rows) + "\n")
+
+
+def prose_calibrated(records: list[dict], model: str, of: str, ratios: tuple[float, ...]) -> str:
+    """For a model calibrated on its own domain by default, what the same prune calibrated on WikiText-2 reads
+    on the same sets, so that its row reads as the price of keeping that domain, not as GAP's loss."""
+    if default_calibration(model) == "wikitext2":
+        return ""
+    sentences = []
+    for ratio in ratios:
+        found = [r for r in records if r.get("kind") == "protocol" and r.get("model") == model
+                 and r.get("allocator", r.get("method")) == "gap" and r.get("target_ratio", r.get("ratio")) == ratio
+                 and r.get("ratio_of") == of and r.get("calibration") == "wikitext2"]
+        values = {(r["dataset"], r["seq_len"]): r for r in found}
+        shown = [f"{values[key]['ppl']:.1f}" for key in PROTOCOL_PPL if key in values]
+        if shown:
+            dates = sorted({r["date"] for r in values.values()})
+            sentences.append(f" The same {model} prune at {100 * ratio:.0f}% of the {of} calibrated on WikiText-2 "
+                             f"instead (plan of {dates[-1]}) reads {' / '.join(shown)}: keeping "
+                             f"{default_calibration(model)} costs prose (Prune for your domain).")
+    return "".join(sentences)
 
 
 def protocol_row(model: str, of: str, method: str, ratio: float, values: list[float | None], bold: bool = False) -> str:

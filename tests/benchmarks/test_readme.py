@@ -108,3 +108,15 @@ def test_the_instruction_sentence_sets_each_calibration_beside_dense_on_both_tex
     assert "on held-out Alpaca instructions 6.0 / 9.0 against dense 5.0" in sentence
     assert "on WikiText-2 (first 256 windows) 120.0 / 90.0 against dense 50.0" in sentence
     assert readme.instructions({"skills": records[:2]}) == ""  # no pruned model measured: nothing said
+
+
+def test_a_code_model_row_is_set_beside_its_prose_calibrated_prune_when_one_is_measured():
+    code = [whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 88.0, ratio_of="decoder", calibration="code")]
+    assert "calibrated on WikiText-2 instead" not in readme.results({"protocols": code})
+    prose = [whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 39.0, ratio_of="decoder", date="2026-12-05"),
+             whole("qwen2.5-coder-1.5b", "gap", "ptb", 72.0, ratio_of="decoder", date="2026-12-05"),
+             whole("smollm2-135m", "gap", "wikitext2", 90.0)]  # a prose model's own calibration: no such sentence
+    text = readme.results({"protocols": code + prose})
+    assert ("The same qwen2.5-coder-1.5b prune at 25% of the decoder calibrated on WikiText-2 instead (plan of "
+            "2026-12-05) reads 39.0 / 72.0: keeping code costs prose") in text
+    assert text.count("calibrated on WikiText-2 instead") == 1
