@@ -283,16 +283,26 @@ def recovery(records: Records) -> str:
 def skills(records: Records) -> str:
     """The skill a code model keeps with the calibration gapprune chooses for it (`docs/results/skills.json`)."""
     dense = latest(records["skills"], "the dense model's HumanEval", method="dense", task="humaneval")
-    pruned = latest(records["skills"], "a pruned model's HumanEval", model=dense["model"], method="gap",
-                    task="humaneval")
-    calibration = str(pruned["calibration"]).split(" ")[0]
+    measured = [r for r in records["skills"] if r.get("model") == dense["model"] and r.get("method") == "gap"
+                and r.get("task") == "humaneval"]
+    by_calibration = {calibration_name(r): r for r in measured}  # the last record of each
+    calibration = default_calibration(dense["model"])
+    if calibration not in by_calibration:
+        raise KeyError(f"no HumanEval record of {dense['model']} pruned with its default calibration ({calibration})")
+    pruned = by_calibration.pop(calibration)
+    others = "".join(f"; calibrated on {name}: {r['passed']}/{r['n']}" for name, r in sorted(by_calibration.items()))
     return ("**Prune for your domain.** The plan keeps what the calibration text needs: a code model (its name says "
             "coder, starcoder, ...) calibrates on Python source (`--calib code`) unless you name a text, and "
             f"`gapprune eval DIR --tasks humaneval` measures the skill. {dense['model']} at "
             f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
             f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "
             f"{dense['passed']}/{dense['n']} ({100 * dense['value']:.1f}%; greedy, generated in vLLM, "
-            "`docs/results/skills.json`)" + recovered(records, pruned) + "." + instructions(records) + "\n")
+            "`docs/results/skills.json`)" + recovered(records, pruned) + others + "." + instructions(records) + "\n")
+
+
+def calibration_name(record: dict) -> str:
+    """A record's calibration without its explanation ("code (the default ...)" -> "code")."""
+    return str(record["calibration"]).split(" ")[0]
 
 
 def recovered(records: Records, pruned: dict) -> str:
@@ -307,9 +317,12 @@ def recovered(records: Records, pruned: dict) -> str:
             f"{r['passed']}/{r['n']} ({100 * r['value']:.1f}%)")
 
 
+INSTRUCTION_MODEL = "smollm2-135m"  # the embedded model, whose job is short instructions
+
+
 def instructions(records: Records) -> str:
     """What an instruction model keeps, by calibration text: held-out Alpaca beside WikiText-2 (`skill_ppl`)."""
-    found = [r for r in records["skills"] if r.get("kind") == "skill_ppl"]
+    found = [r for r in records["skills"] if r.get("kind") == "skill_ppl" and r.get("model") == INSTRUCTION_MODEL]
     latest_of = {(r["method"], r["calibration"], r["dataset"]): r for r in found}  # the last record of each
     calibrations = sorted({c for m, c, _ in latest_of if m == "gap"})
     if ("dense", None, "alpaca") not in latest_of or not calibrations:

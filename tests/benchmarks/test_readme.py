@@ -120,3 +120,21 @@ def test_a_code_model_row_is_set_beside_its_prose_calibrated_prune_when_one_is_m
     assert ("The same qwen2.5-coder-1.5b prune at 25% of the decoder calibrated on WikiText-2 instead (plan of "
             "2026-12-05) reads 39.0 / 72.0: keeping code costs prose") in text
     assert text.count("calibrated on WikiText-2 instead") == 1
+
+
+def test_the_skill_line_shows_the_default_calibration_first_and_others_after_it():
+    def humaneval(method: str, calibration: str | None, passed: int) -> dict:
+        return {"kind": "skill", "model": "qwen2.5-coder-1.5b", "method": method, "calibration": calibration,
+                "ratio": 0.25, "ratio_of": "decoder", "task": "humaneval", "passed": passed, "n": 164,
+                "value": passed / 164}
+
+    records = {"skills": [humaneval("dense", None, 87), humaneval("gap", "code (the default ...)", 51),
+                          humaneval("gap", "wikitext2", 2), humaneval("gap", "code+wikitext2", 40),
+                          {"kind": "skill_ppl", "model": "qwen2.5-coder-1.5b", "method": "dense", "calibration": None,
+                           "dataset": "wikitext2", "ppl": 9.0}]}  # another model's perplexity: not an instruction line
+    line = readme.skills(records)
+    assert "calibrated on code: HumanEval pass@1 51/164 (31.1%) against the dense model's 87/164" in line
+    assert line.index("51/164") < line.index("; calibrated on code+wikitext2: 40/164; calibrated on wikitext2: 2/164.")
+    assert "instruction" not in line
+    with pytest.raises(KeyError, match="default calibration"):
+        readme.skills({"skills": [r for r in records["skills"] if not str(r["calibration"]).startswith("code ")]})
