@@ -25,3 +25,14 @@ def test_vllm_bench_records_throughput_first_token_and_parity_per_folder(vllm_en
     [parity] = [r for r in records if r["kind"] == "serving_parity"]
     assert parity["greedy_identical"] == parity["prompts"] == 16
     assert abs(parity["ppl_rel_diff"]) < 1e-3  # vLLM's prompt log-probabilities give transformers' perplexity
+
+
+def test_records_name_the_model_as_given_not_the_cache_folder_it_resolved_to(tmp_path) -> None:
+    from gapprune.evaluate.serving import describe
+
+    cache_folder = tmp_path / "cache" / "gguf" / "model-q4-0123456789ab"
+    cache_folder.mkdir(parents=True)
+    assert describe(cache_folder, given="qwen2.5-coder-0.5b") == {
+        "model": "qwen2.5-coder-0.5b", "folder": "qwen2.5-coder-0.5b", "method": "dense", "ratio": 0.0,
+        "ratio_of": "model"}
+    assert describe(cache_folder)["folder"] == str(cache_folder)  # nothing given: the folder itself

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 THROUGHPUT_PROMPT_TOKENS = 32
@@ -54,16 +53,16 @@ def bench_in_vllm(args: argparse.Namespace) -> int:
             throughput_prompt=prompt, repeats=args.repeats, parity=parity, parity_tokens=PARITY_NEW_TOKENS,
             tensor_parallel=args.tp,
         )
-        about = describe(folder, name=None if Path(spec).is_dir() else spec)
+        about = describe(folder, given=spec)
         served = serving_records(answer, about, env, new_tokens=new_tokens, command=command)
         records += served
         if parity is not None and reference is not None:
             check = parity_record(answer, reference, parity[1], about, env, command)
             records.append(check)
-            print(f"{folder}: greedy identical on {check['greedy_identical']} of {check['prompts']} prompts; "
+            print(f"{spec}: greedy identical on {check['greedy_identical']} of {check['prompts']} prompts; "
                   f"ppl vLLM {check['ppl_vllm']:.4f} vs transformers {check['ppl_transformers']:.4f} "
                   f"({100 * check['ppl_rel_diff']:+.4f}%)")
-    for line in speedups([r for r in records if r["kind"] == "serving"], folders[1] if args.vs else ""):
+    for line in speedups([r for r in records if r["kind"] == "serving"], specs[1] if args.vs else ""):
         print(line)
     if args.out:
         write_file_atomically(args.out, json.dumps(records, indent=1) + "\n")

@@ -34,16 +34,20 @@ def machine_line() -> str:
     return f"{platform.machine()} CPU ({processor_name()}), {torch.get_num_threads()} cores"
 
 
-def describe(folder: str | Path, name: str | None = None) -> Record:
-    """What a folder is: the model it came from, the method and ratio (dense when it has no plan.json);
-    `name` is the alias or file a dense folder was made from, which says more than its cache folder's name."""
+def describe(folder: str | Path, given: str | None = None) -> Record:
+    """What a folder is: the model it came from, the method and ratio (dense when it has no plan.json).
+
+    `given` is what the user named (a folder, an alias, a .gguf file); records carry it rather than the folder it
+    resolved to, which for an alias is a cache path of this machine that says nothing elsewhere."""
     folder = Path(folder)
+    shown = given or str(folder)
     plan_file = folder / "plan.json"
     if not plan_file.is_file():
-        return {"model": name or folder.name, "folder": str(folder), "method": "dense", "ratio": 0.0, "ratio_of": "model"}
+        name = given if given and not Path(given).is_dir() else folder.name
+        return {"model": name, "folder": shown, "method": "dense", "ratio": 0.0, "ratio_of": "model"}
     plan = json.loads(plan_file.read_text())
     summary, config = plan["summary"], plan["config"]
-    return {"model": source_model(folder), "folder": str(folder), "method": summary.get("allocator", "gap"),
+    return {"model": source_model(folder), "folder": shown, "method": summary.get("allocator", "gap"),
             "ratio": config.get("ratio"), "ratio_of": config.get("ratio_of", "model"),
             "calibration": config.get("calib"), "achieved_ratio": summary.get("achieved_ratio")}
 
