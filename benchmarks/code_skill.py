@@ -4,14 +4,15 @@
         python benchmarks/code_skill.py --calibrations wikitext2,c4,self,code+wikitext2 --out docs/results/skills.json
 
 For each calibration the model is pruned with the CLI's defaults otherwise (`--ratio 0.25 --ratio-of decoder`;
-`code` is what the CLI picks for this model unasked, so its command names no `--calib`) into
+the calibration the CLI picks for this model unasked, `code`, is left out of its command) into
 `runs/qwen15-gap-25-<calibration>`, unless that folder's `run.json` already records the command; then
 `gapprune eval --tasks humaneval --generation vllm` gives greedy pass@1 on the 164 problems, and `gapprune ppl`
 the perplexity on the first 64 windows of 128 tokens of the held-out Python source (`code`) and of the
 WikiText-2 test (the dense model's too, once, as `skill_ppl` records). One `skill` record per calibration (pass@1,
 the fraction of dense, both perplexities and the prune's ΔL check), written as soon as it is measured, so a stopped
 sweep keeps what it finished.
-Each calibration costs about half an hour of pruning and half an hour of HumanEval on two cores.
+On two cores each calibration costs about a quarter of an hour of pruning and 10 to 60 minutes of HumanEval
+(longest for a prune whose answers run on to the token limit).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import GAPPRUNE, ResultLog, parser, pruned_by
 
 MODEL = "qwen2.5-coder-1.5b"
-CALIBRATION_THE_CLI_PICKS = "code"  # for a model its name marks as a code model (data/domain.py)
 PERPLEXITY_SETS = ("code", "wikitext2")
 GENERATION = ("vllm 0.32.0 (CPU build) through gapprune's plugin, float32, greedy, plain completion of the prompt, "
               "max 384 new tokens, stop at the HumanEval stop sequences")
@@ -39,7 +39,9 @@ def folder(calibration: str) -> str:
 
 
 def prune_command(calibration: str) -> list[str]:
-    asked = [] if calibration == CALIBRATION_THE_CLI_PICKS else ["--calib", calibration]
+    from gapprune.data.domain import default_calibration
+
+    asked = [] if calibration == default_calibration(MODEL, None, code_available=True).calib else ["--calib", calibration]
     return ["prune", MODEL, "--ratio", "0.25", "--ratio-of", "decoder", *asked, "--out", folder(calibration),
             "--overwrite", "--no-plots"]
 

@@ -46,7 +46,7 @@ def vllm_env() -> VllmEnvironment:
 def servable_folder(tiny_model_folder, tmp_path_factory):
     """A tiny Llama with heads of 32 (vLLM's CPU attention has none of 16) and the suite's real tokenizer."""
     folder, text = tiny_model_folder
-    out = tmp_path_factory.mktemp("vllm_budget") / "model"
+    out = tmp_path_factory.mktemp("servable") / "model"
     model = servable_tiny("llama")
     model.resize_token_embeddings(json.loads((folder / "config.json").read_text())["vocab_size"])
     model.save_pretrained(out)
