@@ -206,23 +206,25 @@ def results(records: Records) -> str:
         if dense[0] is not None:
             rows.append(protocol_row(model, of, "dense", 0.0, dense))
         for ratio in ratios:
-            found, when = current(protocols, model, "gap", ratio, of)
+            found, gap_when = current(protocols, model, "gap", ratio, of)
             gap = protocol_cells(found)
-            if gap[0] is not None:
-                rows.append(protocol_row(model, of, "gap" + when, ratio, gap, bold=True))
             bases = {}
             for b in BASELINES:
                 found, when = current(protocols, model, b, ratio, of)
                 if (values := protocol_cells(found))[0] is not None:
                     bases[b + when] = values
+            name, best = (min(bases.items(), key=lambda item: item[1][0] or float("inf"))  # best by WikiText-2
+                          if bases else ("", [None] * len(gap)))
+            gap_wins, base_wins = better_cells(gap, best)
+            if gap[0] is not None:
+                rows.append(protocol_row(model, of, "gap" + gap_when, ratio, gap, gap_wins))
             if bases:
-                name, best = min(bases.items(), key=lambda item: item[1][0] or float("inf"))  # best by WikiText-2
-                rows.append(protocol_row(model, of, f"{name}, best baseline", ratio, best))
+                rows.append(protocol_row(model, of, f"{name}, best baseline", ratio, best, base_wins))
     calib = ", ".join(f"{m} on {default_calibration(m)}" for m, _, _ in PROTOCOL_ROWS)
     return ("Perplexity on the whole test sets (windows of 128 or 2,048 tokens, no BOS: LLM-Pruner's and SliceGPT's "
             "protocols) and mean zero-shot accuracy (%) of BoolQ, PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c and "
             f"OpenBookQA through lm-evaluation-harness, every item; plans of today's defaults (calibrated {calib}; "
-            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; — not measured."
+            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; bold: the better of GAP and the best baseline; — not measured."
             + "".join(prose_calibrated(protocols, m, of, ratios) for m, of, ratios in PROTOCOL_ROWS)
             + "\n\n" + "\n".join(rows) + "\n")
 
@@ -247,9 +249,23 @@ def prose_calibrated(records: list[dict], model: str, of: str, ratios: tuple[flo
     return "".join(sentences)
 
 
-def protocol_row(model: str, of: str, method: str, ratio: float, values: list[float | None], bold: bool = False) -> str:
+def better_cells(gap: list[float | None], baseline: list[float | None]) -> tuple[list[bool], list[bool]]:
+    """Which of two rows' cells is better, column by column (lower perplexity, higher accuracy); a cell
+    with nothing beside it to beat is not marked."""
+    lower_is_better = [True] * len(PROTOCOL_PPL) + [False] * (len(gap) - len(PROTOCOL_PPL))
+    gap_wins, base_wins = [], []
+    for a, b, lower in zip(gap, baseline, lower_is_better, strict=True):
+        compared = a is not None and b is not None and a != b
+        gap_wins.append(compared and (a < b) == lower)
+        base_wins.append(compared and (b < a) == lower)
+    return gap_wins, base_wins
+
+
+def protocol_row(model: str, of: str, method: str, ratio: float, values: list[float | None],
+                 bold: list[bool] | None = None) -> str:
     removed = "—" if ratio == 0 else f"{100 * ratio:.0f}% of the {of}"
-    text = ["—" if v is None else f"**{v:.1f}**" if bold else f"{v:.1f}" for v in values]
+    marks = bold or [False] * len(values)
+    text = ["—" if v is None else f"**{v:.1f}**" if b else f"{v:.1f}" for v, b in zip(values, marks, strict=True)]
     return f"| {model} | {removed} | {method} | " + " | ".join(text) + " |"
 
 

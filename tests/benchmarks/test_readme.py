@@ -82,16 +82,27 @@ def test_the_protocol_table_shows_plans_of_todays_defaults_and_the_best_baseline
     assert "| smollm2-135m | 25% of the model | depth, best baseline | 110.0 | — | — | — | — |" in table
     assert "owl" not in table and "1.0 |" not in table
     # no plan of today's defaults yet: the earlier plan's record, labelled with its date
-    assert "| gap (plans of 2026-12-04, earlier defaults) | **90.0** |" in table
+    assert "| gap (plans of 2026-12-04, earlier defaults) | **90.0** |" in table  # beats depth's 110.0
     records.append(whole("smollm2-135m", "gap", "wikitext2", 100.0))
     table = readme.results({"protocols": records})
     assert "| smollm2-135m | 25% of the model | gap | **100.0** | — | — | — | — |" in table and "90.0" not in table
 
 
+def test_bold_marks_the_better_of_gap_and_the_best_baseline_per_column_and_nothing_unopposed():
+    gap, baseline = [100.0, 200.0, None, 40.0, None], [110.0, 150.0, 50.0, 41.0, 30.0]
+    assert readme.better_cells(gap, baseline) == ([True, False, False, False, False],
+                                                   [False, True, False, True, False])
+    records = [whole("smollm2-135m", "gap", "wikitext2", 100.0), whole("smollm2-135m", "gap", "ptb", 200.0),
+               whole("smollm2-135m", "owl", "wikitext2", 110.0), whole("smollm2-135m", "owl", "ptb", 150.0)]
+    table = readme.results({"protocols": records})
+    assert "| gap | **100.0** | 200.0 | — | — | — |" in table
+    assert "| owl, best baseline | 110.0 | **150.0** | — | — | — |" in table
+
+
 def test_a_code_model_row_takes_its_code_calibrated_plan():
     records = [whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 40.0, ratio_of="decoder"),
                whole("qwen2.5-coder-1.5b", "gap", "wikitext2", 45.0, ratio_of="decoder", calibration="code")]
-    assert "| qwen2.5-coder-1.5b | 25% of the decoder | gap | **45.0** |" in readme.results({"protocols": records})
+    assert "| qwen2.5-coder-1.5b | 25% of the decoder | gap | 45.0 |" in readme.results({"protocols": records})
 
 
 def test_the_instruction_sentence_sets_each_calibration_beside_dense_on_both_texts():
