@@ -308,7 +308,7 @@ def skills(records: Records) -> str:
     pruned = by_calibration.pop(calibration)
     others = "".join(f"; calibrated on {name}: {r['passed']}/{r['n']}" for name, r in sorted(by_calibration.items()))
     return ("**Prune for your domain.** The plan keeps what the calibration text needs: a code model (its name says "
-            "coder, starcoder, ...) calibrates on Python source (`--calib code`) unless you name a text, and "
+            "coder, starcoder, ...) calibrates on Python source (`--calib code`; its own text, `self`, where none is at hand) unless you name a text, and "
             f"`gapprune eval DIR --tasks humaneval` measures the skill. {dense['model']} at "
             f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
             f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "

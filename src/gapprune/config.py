@@ -34,7 +34,7 @@ class PruneConfig:
     allocator: str = field(default="gap", metadata={"help": "how many units each component loses: gap|uniform|global|depth|owl"})
     criterion: str = field(default="obs", metadata={"help": "which units go: obs (greedy structured OBS on the output projection, the default)|activation|fluctuation|magnitude|taylor"})
     metric: str = field(default="kl", metadata={"help": "capability metric of the loss table: kl|nll"})
-    calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name (wikitext2, ptb, c4, code, alpaca), a .txt/.jsonl file, 'self', or several joined by '+' (wikitext2+ptb: equal parts, interleaved); on the command line, when not given: code for a model whose name or type marks it as a code model (and the data folder holds code/), else wikitext2"})
+    calib: str = field(default="wikitext2", metadata={"help": "calibration text: a data set name (wikitext2, ptb, c4, code, alpaca), a .txt/.jsonl file, 'self', or several joined by '+' (wikitext2+ptb: equal parts, interleaved); on the command line, when not given: code for a model whose name or type marks it as a code model (self, the model's own text, when the data folder has no code/), else wikitext2"})
     calib_split: str = field(default="auto", metadata={"help": "split of a named calibration set; auto: the set's own calibration split (validation for wikitext2 and ptb, train for c4 and code)"})
     calib_samples: int = field(default=32, metadata={"help": "calibration windows for statistics and importance"})
     profile_samples: int = field(default=8, metadata={"help": "windows (a prefix of the calibration set) used for the loss table"})

@@ -63,9 +63,10 @@ def test_an_instruction_model_keeps_prose_and_is_told_the_instruction_flag(spec,
     assert "code model" in default_calibration("qwen2.5-coder-1.5b-instruct", SimpleNamespace(), True).message
 
 
-def test_a_code_model_without_code_text_keeps_prose_and_says_how_to_fix_it():
+def test_a_code_model_without_code_text_calibrates_on_its_own_text_and_says_how_to_choose_otherwise():
     choice = default_calibration("qwen2.5-coder-1.5b", SimpleNamespace(), code_available=False)
-    assert choice.calib == "wikitext2" and "--calib" in choice.message and "code" in choice.message
+    assert choice.calib == "self" and "no Python source" in choice.message
+    assert "code/" in choice.message and "--calib wikitext2" in choice.message
 
 
 def test_pruning_a_tiny_code_model_calibrates_on_code_and_says_so(tiny_model_folder, tmp_path, capsys):
@@ -85,3 +86,15 @@ def test_pruning_a_tiny_code_model_calibrates_on_code_and_says_so(tiny_model_fol
     assert main(["prune", str(coder), "--out", str(tmp_path / "out2"), *small,
                  "--calib", str(data / "code" / "python_stdlib_train.txt")]) == 0
     assert "looks like a code model" not in capsys.readouterr().err
+
+
+def test_pruning_a_tiny_code_model_with_no_code_text_calibrates_on_its_own_text(tiny_model_folder, tmp_path, capsys):
+    folder, _ = tiny_model_folder
+    coder = tmp_path / "tiny-coder"
+    shutil.copytree(folder, coder)
+    (tmp_path / "data").mkdir()  # a data folder without code/
+    small = ["--ratio", "0.3", "--calib-samples", "4", "--profile-samples", "4", "--seq-len", "32",
+             "--channel-step", "32", "--no-plots", "--data-dir", str(tmp_path / "data")]
+    assert main(["prune", str(coder), "--out", str(tmp_path / "out"), *small]) == 0
+    assert "has no Python source, so it calibrates on text it writes itself" in capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["config"]["calib"] == "self"
