@@ -224,7 +224,8 @@ def results(records: Records) -> str:
     return ("Perplexity on the whole test sets (windows of 128 or 2,048 tokens, no BOS: LLM-Pruner's and SliceGPT's "
             "protocols) and mean zero-shot accuracy (%) of BoolQ, PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c and "
             f"OpenBookQA through lm-evaluation-harness, every item; plans of today's defaults (calibrated {calib}; "
-            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; bold: the better of GAP and the best baseline; — not measured."
+            f"records from {DEFAULTS_CHANGED} on) unless a row names an earlier plan; bold: the better of GAP and the "
+            "best baseline; — not measured."
             + "".join(prose_calibrated(protocols, m, of, ratios) for m, of, ratios in PROTOCOL_ROWS)
             + "\n\n" + "\n".join(rows) + "\n")
 
@@ -308,7 +309,8 @@ def skills(records: Records) -> str:
     pruned = by_calibration.pop(calibration)
     others = "".join(f"; calibrated on {name}: {r['passed']}/{r['n']}" for name, r in sorted(by_calibration.items()))
     return ("**Prune for your domain.** The plan keeps what the calibration text needs: a code model (its name says "
-            "coder, starcoder, ...) calibrates on Python source (`--calib code`; its own text, `self`, where none is at hand) unless you name a text, and "
+            "coder, starcoder, ...) calibrates on Python source (`--calib code`; its own text, `self`, where none is "
+            "at hand) unless you name a text, and "
             f"`gapprune eval DIR --tasks humaneval` measures the skill. {dense['model']} at "
             f"{100 * pruned['ratio']:.0f}% of its {pruned['ratio_of']}, calibrated on {calibration}: HumanEval pass@1 "
             f"{pruned['passed']}/{pruned['n']} ({100 * pruned['value']:.1f}%) against the dense model's "

@@ -3,9 +3,9 @@
 The loss table is measured on the calibration text, so the plan keeps what that text needs. Calibrated on
 WikiText-2 (prose), Qwen2.5-Coder-1.5B at 25% of its decoder kept 2 of HumanEval's 164 problems (87 dense); on
 Python source it kept 51, and on text it wrote itself (`self`, no data set) 47 (`docs/results/skills.json`): a
-code model with no Python source at hand calibrates on its own text, not on prose. A model is taken for a code model by its
-name (the last part of the alias, hub id or folder it was given, or of the `_name_or_path` its config keeps: a
-folder under `~/code/` is not a code model) or its model type.
+code model with no Python source at hand calibrates on its own text, not on prose. A model is taken for a code
+model by its name (the last part of the alias, hub id or folder it was given, or of the `_name_or_path` its config
+keeps: a folder under `~/code/` is not a code model) or its model type.
 
 An instruction model (its name says instruct, chat or it) keeps the general default, with a note naming
 `--calib alpaca`: on SmolLM2-135M-Instruct at 25% that calibration kept held-out Alpaca perplexity at 21.5 against
