@@ -69,6 +69,10 @@ def test_a_code_model_without_code_text_calibrates_on_its_own_text_and_says_how_
     assert "code/" in choice.message and "--calib wikitext2" in choice.message
 
 
+TINY_PRUNE = ["--ratio", "0.3", "--calib-samples", "4", "--profile-samples", "4", "--seq-len", "32",
+              "--channel-step", "32", "--no-plots"]
+
+
 def test_pruning_a_tiny_code_model_calibrates_on_code_and_says_so(tiny_model_folder, tmp_path, capsys):
     folder, _ = tiny_model_folder
     coder = tmp_path / "tiny-coder-instruct"
@@ -76,8 +80,7 @@ def test_pruning_a_tiny_code_model_calibrates_on_code_and_says_so(tiny_model_fol
     data = tmp_path / "data"
     (data / "code").mkdir(parents=True)
     (data / "code" / "python_stdlib_train.txt").write_text(PYTHON_SOURCE)
-    small = ["--ratio", "0.3", "--calib-samples", "4", "--profile-samples", "4", "--seq-len", "32",
-             "--channel-step", "32", "--no-plots", "--data-dir", str(data)]
+    small = [*TINY_PRUNE, "--data-dir", str(data)]
     assert main(["prune", str(coder), "--out", str(tmp_path / "out"), *small]) == 0
     err = capsys.readouterr().err
     assert "looks like a code model (its name says 'coder')" in err and "--calib wikitext2" in err
@@ -93,8 +96,7 @@ def test_pruning_a_tiny_code_model_with_no_code_text_calibrates_on_its_own_text(
     coder = tmp_path / "tiny-coder"
     shutil.copytree(folder, coder)
     (tmp_path / "data").mkdir()  # a data folder without code/
-    small = ["--ratio", "0.3", "--calib-samples", "4", "--profile-samples", "4", "--seq-len", "32",
-             "--channel-step", "32", "--no-plots", "--data-dir", str(tmp_path / "data")]
+    small = [*TINY_PRUNE, "--data-dir", str(tmp_path / "data")]
     assert main(["prune", str(coder), "--out", str(tmp_path / "out"), *small]) == 0
     assert "has no Python source, so it calibrates on text it writes itself" in capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["config"]["calib"] == "self"
