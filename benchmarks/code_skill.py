@@ -5,13 +5,14 @@
 
 For each calibration the model is pruned with the CLI's defaults otherwise (`--ratio 0.25 --ratio-of decoder`;
 the calibration the CLI picks for this model unasked, `code`, is left out of its command) into
-`runs/qwen15-gap-25-<calibration>`, unless that folder's `run.json` already records the command; then
+`runs/qwen15-gap-25-<calibration>` (`--prune-options '--calib-samples 128'` adds options to every prune and their
+words to the folder's name), unless that folder's `run.json` already records the command; then
 `gapprune eval --tasks humaneval --generation vllm` gives greedy pass@1 on the 164 problems, and `gapprune ppl`
 the perplexity on the first 64 windows of 128 tokens of the held-out Python source (`code`) and of the
 WikiText-2 test (the dense model's too, once, as `skill_ppl` records). One `skill` record per calibration (pass@1,
 the fraction of dense, both perplexities and the prune's ΔL check), written as soon as it is measured, so a stopped
 sweep keeps what it finished.
-On two cores each calibration costs about a quarter of an hour of pruning and 10 to 60 minutes of HumanEval
+On two cores each calibration costs about half an hour of pruning and 10 to 60 minutes of HumanEval
 (longest for a prune whose answers run on to the token limit).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -34,16 +36,17 @@ GENERATION = ("vllm 0.32.0 (CPU build) through gapprune's plugin, float32, greed
               "max 384 new tokens, stop at the HumanEval stop sequences")
 
 
-def folder(calibration: str) -> str:
-    return f"runs/qwen15-gap-25-{calibration.replace('+', '-')}"
+def folder(calibration: str, options: list[str]) -> str:
+    suffix = "".join(f"-{word.lstrip('-')}" for word in options)
+    return f"runs/qwen15-gap-25-{calibration.replace('+', '-')}{suffix}"
 
 
-def prune_command(calibration: str) -> list[str]:
+def prune_command(calibration: str, options: list[str]) -> list[str]:
     from gapprune.data.domain import default_calibration
 
     asked = [] if calibration == default_calibration(MODEL, None, code_available=True).calib else ["--calib", calibration]
-    return ["prune", MODEL, "--ratio", "0.25", "--ratio-of", "decoder", *asked, "--out", folder(calibration),
-            "--overwrite", "--no-plots"]
+    return ["prune", MODEL, "--ratio", "0.25", "--ratio-of", "decoder", *asked, *options,
+            "--out", folder(calibration, options), "--overwrite", "--no-plots"]
 
 
 def read_json_output(command: list[str]) -> Any:
@@ -85,7 +88,11 @@ def main() -> None:
     p = parser(__doc__, out="docs/results/skills.json")
     p.add_argument("--calibrations", default="wikitext2,c4,self,code+wikitext2",
                    help="comma-separated --calib values ('code' is the CLI's own choice for this model)")
+    p.add_argument("--prune-options", default="",
+                   help="further `gapprune prune` options for every calibration, e.g. '--calib-samples 128' "
+                        "(they name the folder and are recorded)")
     args = p.parse_args()
+    options = shlex.split(args.prune_options)
     if "GAPPRUNE_DATA" not in os.environ and not args.data_dir:
         raise SystemExit("set GAPPRUNE_DATA (or --data-dir) to the data folder")
     if args.data_dir:
@@ -98,12 +105,12 @@ def main() -> None:
                       "calibration": None, "folder": MODEL, "dataset": name, "seq_len": 128, "windows": 64,
                       "ppl": perplexity(MODEL, name)})
     for calibration in args.calibrations.split(","):
-        model = folder(calibration)
-        if not pruned_by(model, prune_command(calibration)):
-            subprocess.run([GAPPRUNE, *prune_command(calibration)], check=True)
+        model = folder(calibration, options)
+        if not pruned_by(model, prune_command(calibration, options)):
+            subprocess.run([GAPPRUNE, *prune_command(calibration, options)], check=True)
         result = humaneval(model)
         log.emit({"kind": "skill", "model": MODEL, "method": "gap", "ratio": 0.25, "ratio_of": "decoder",
-                  "calibration": calibration, "task": "humaneval", "metric": "pass@1", "value": result["value"],
+                  "calibration": calibration, "prune_options": options, "task": "humaneval", "metric": "pass@1", "value": result["value"],
                   "passed": result["passed"], "n": result["n"],
                   "relative_to_dense": round(result["value"] / dense, 4) if dense else None,
                   "perplexity_64x128": {name: perplexity(model, name) for name in PERPLEXITY_SETS},
