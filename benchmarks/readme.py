@@ -319,8 +319,11 @@ def skills(records: Records) -> str:
 
 
 def calibration_name(record: dict) -> str:
-    """A record's calibration without its explanation ("code (the default ...)" -> "code")."""
-    return str(record["calibration"]).split(" ")[0]
+    """A record's calibration without its explanation ("code (the default ...)" -> "code"), and the prune options
+    it was measured with beyond the defaults, so such a record is never read as the default's."""
+    name = str(record["calibration"]).split(" ")[0]
+    options = record.get("prune_options") or []
+    return f"{name} with `{' '.join(options)}`" if options else name
 
 
 def recovered(records: Records, pruned: dict) -> str:

@@ -149,3 +149,16 @@ def test_the_skill_line_shows_the_default_calibration_first_and_others_after_it(
     assert "instruction" not in line
     with pytest.raises(KeyError, match="default calibration"):
         readme.skills({"skills": [r for r in records["skills"] if not str(r["calibration"]).startswith("code ")]})
+
+
+def test_a_skill_record_pruned_with_more_options_is_shown_beside_the_default_not_instead_of_it():
+    def humaneval(method: str, passed: int, options: list[str] | None = None) -> dict:
+        record = {"kind": "skill", "model": "qwen2.5-coder-1.5b", "method": method,
+                  "calibration": None if method == "dense" else "code", "ratio": 0.25, "ratio_of": "decoder",
+                  "task": "humaneval", "passed": passed, "n": 164, "value": passed / 164}
+        return record | ({"prune_options": options} if options is not None else {})
+
+    line = readme.skills({"skills": [humaneval("dense", 87), humaneval("gap", 51, []),
+                                     humaneval("gap", 55, ["--calib-samples", "128"])]})
+    assert "calibrated on code: HumanEval pass@1 51/164 (31.1%)" in line
+    assert "; calibrated on code with `--calib-samples 128`: 55/164." in line
