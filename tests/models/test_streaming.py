@@ -82,6 +82,25 @@ def test_offload_auto_streams_only_what_would_not_fit(tiny_model_folder, monkeyp
     assert not streaming.should_stream("someone/hub-model", "auto")
 
 
+def test_offload_auto_says_when_it_streams_why_and_how_to_keep_the_model_in_memory(tiny_model_folder, monkeypatch,
+                                                                                   caplog):
+    """Streaming changes the profiler and its cost; a user who did not ask for it is told, with the flag."""
+    from gapprune.models.streaming import is_streamed, policy
+
+    folder, _ = tiny_model_folder
+    need, _ = policy.memory_need(folder)
+    monkeypatch.setattr(policy, "available_bytes", lambda: need)  # half of it is free: under the rule, it streams
+    with caplog.at_level("WARNING", logger="gapprune"):
+        model, _ = load(str(folder), offload="auto")
+    assert is_streamed(model)
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "offload auto" in warning and "--offload off" in warning and str(folder) in warning
+    caplog.clear()
+    with caplog.at_level("INFO", logger="gapprune"):
+        assert is_streamed(load(str(folder), offload="on")[0])  # asked for: no warning
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def test_offload_auto_on_a_gpu_weighs_the_weights_against_the_gpus_memory(tiny_model_folder, monkeypatch):
     """Weights that fit the host but not the GPU stream; weights that fit the GPU load whole even when
     the host is short (the cached inputs, in host memory, do not decide it)."""

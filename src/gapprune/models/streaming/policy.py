@@ -76,9 +76,7 @@ def device_free_bytes(device: str) -> int:
 def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.float32, tokens: int = 4096,
                   device: str = "cpu") -> bool:
     """`offload`: on, off, or auto: stream a local safetensors folder when the whole run's need is over
-    half the free memory where it would live. On a CPU that is the weights in `dtype` plus
-    `working_bytes` for `tokens` calibration tokens, against the host's; on a GPU the weights plus one
-    layer's working set against the GPU's (the cached inputs stay in host memory either way)."""
+    half the free memory where it would live (`memory_need`)."""
     if offload not in ("auto", "on", "off"):
         raise ValueError(f"offload must be auto, on or off, got {offload!r}")
     folder = Path(source)
@@ -89,7 +87,16 @@ def should_stream(source: str | Path, offload: str, dtype: torch.dtype = torch.f
         return False
     if offload == "on":
         return True
+    need, free = memory_need(folder, dtype, tokens, device)
+    return need > free // 2
+
+
+def memory_need(folder: str | Path, dtype: torch.dtype = torch.float32, tokens: int = 4096,
+                device: str = "cpu") -> tuple[int, int]:
+    """(bytes the run needs, bytes free) where the weights would live. On a CPU: the weights in `dtype`
+    plus `working_bytes` for `tokens` calibration tokens, against the host's free memory; on a GPU the
+    weights plus one layer's working set against the GPU's (the cached inputs stay in host memory)."""
     on_device = weights_bytes(folder, dtype) + layer_work_bytes(folder, tokens)
     if device.startswith("cuda"):
-        return on_device > device_free_bytes(device) // 2
-    return on_device + cache_bytes(folder, tokens) > available_bytes() // 2
+        return on_device, device_free_bytes(device)
+    return on_device + cache_bytes(folder, tokens), available_bytes()
