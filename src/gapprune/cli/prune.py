@@ -81,6 +81,8 @@ class PruneCommand:
         model_config = check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
         if not calib_named and plan_in is None:
             config = calibration_for_domain(args.model, model_config, config)
+        if plan_in is None:
+            warn_short_calibration(model_config, config)
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         check_calibration_sources(config)  # a missing --calib or --eval file: now, not after the model loads
         datasets = [d for d in args.eval.split(",") if d]
@@ -170,6 +172,15 @@ def calibration_for_domain(spec: str, model_config: Any, config: PruneConfig) ->
     return dataclasses.replace(config, calib=choice.calib)
 
 
+def warn_short_calibration(model_config: Any, config: PruneConfig) -> None:
+    """Say, before the work, when the calibration tokens are fewer than the widest solved projection's inputs."""
+    from gapprune.calibrate.coverage import coverage_note
+
+    solves = config.compensate == "lsq" or config.criterion == "obs"
+    if note := coverage_note(model_config, config.calib_samples, config.seq_len, solves):
+        print(note, file=sys.stderr)
+
+
 class ProfileCommand:
     """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
 
@@ -202,6 +213,7 @@ class ProfileCommand:
         model_config = check_prunable(args.model)
         if not calib_named:
             config = calibration_for_domain(args.model, model_config, config)
+        warn_short_calibration(model_config, config)
         check_supported(config, streamed=False)
         check_calibration_sources(config)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
