@@ -81,8 +81,6 @@ class PruneCommand:
         model_config = check_prunable(args.model, plan_in)  # a plan is checked against the config before any weight loads
         if not calib_named and plan_in is None:
             config = calibration_for_domain(args.model, model_config, config)
-        if plan_in is None:
-            warn_short_calibration(model_config, config)
         check_supported(config, streamed=False, plan_given=plan_in is not None)  # refused in memory too
         check_calibration_sources(config)  # a missing --calib or --eval file: now, not after the model loads
         datasets = [d for d in args.eval.split(",") if d]
@@ -100,6 +98,8 @@ class PruneCommand:
             if Path(args.out).resolve() in Path(args.gguf).resolve().parents:
                 raise ValueError(f"--gguf {args.gguf} lies inside --out {args.out}, which is written as a whole at "
                                  "the end; put the GGUF file beside the folder")
+        if plan_in is None:  # every check passed: a note now, not above an error
+            warn_short_calibration(model_config, config)
         phases: dict[str, float] = {}
         with timed(phases, "load"):
             model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype, offload=args.offload)  # setup: torchrun
@@ -213,9 +213,9 @@ class ProfileCommand:
         model_config = check_prunable(args.model)
         if not calib_named:
             config = calibration_for_domain(args.model, model_config, config)
-        warn_short_calibration(model_config, config)
         check_supported(config, streamed=False)
         check_calibration_sources(config)
+        warn_short_calibration(model_config, config)
         model, tokenizer = load(args.model, device=setup(config.device), dtype=config.dtype)  # torchrun: join the group
         result = profile(model, require_tokenizer(tokenizer, args.model), config)
         if not is_main():  # torchrun: the other ranks only helped profile
