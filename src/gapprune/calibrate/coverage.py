@@ -18,7 +18,7 @@ def widest_solved_input(model_config: Any) -> int:
     hidden = int(text.hidden_size)
     heads = int(text.num_attention_heads)
     head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
-    return max(int(text.intermediate_size), heads * head_dim)
+    return max(int(getattr(text, "intermediate_size", 0) or 0), heads * head_dim)
 
 
 def windows_to_cover(width: int, windows: int, seq_len: int) -> int:
