@@ -47,19 +47,13 @@ def load(spec: str, device: str = "cpu", dtype: str | torch.dtype | None = None,
         from transformers import AutoTokenizer
 
         from gapprune.models.loading import read_config, resolve_dtype, resolve_model_source
-        from gapprune.models.streaming import memory_need, open_streamed, should_stream
+        from gapprune.models.streaming import auto_stream_warning, open_streamed, should_stream
 
         source = resolve_model_source(spec)
         dtype = resolve_dtype(dtype, device, read_config(source))
         if should_stream(source, offload, dtype, device=str(device)):
             if offload == "auto":  # a choice the user did not make: say why, what it costs, how to undo it
-                need, free = memory_need(source, dtype, device=str(device))
-                log.warning("offload auto: the run needs about %.1f GiB, over half of the %.1f GiB free, so the "
-                            "decoder layers of %s are read from disk one at a time and profiled exactly in one "
-                            "layer-major pass (slower than in memory, where the auto profiler replays only the "
-                            "options that can change the plan); free memory or pass --offload off to keep the "
-                            "model in memory",
-                            need / 2**30, free / 2**30, source)
+                log.warning(auto_stream_warning(source, dtype, device=str(device)))
             else:
                 log.info("streaming the decoder layers of %s from disk", source)
             return open_streamed(source, dtype=dtype, device=device), AutoTokenizer.from_pretrained(source)

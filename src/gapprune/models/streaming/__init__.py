@@ -17,10 +17,16 @@ tensors that were loaded) is written to a scratch folder when dropped and read f
 memory map, so the file pages count against the page cache rather than the process's memory.
 
 The package splits by job: `safetensors_io` (headers, reads, writes), `streamer` (the layer
-streamer and `open_streamed`), `save` (`save_streamed`) and `policy` (`should_stream`, `memory_need`).
+streamer and `open_streamed`), `save` (`save_streamed`) and `policy` (`should_stream`, `memory_need`, `auto_stream_warning`).
 """
 
-from gapprune.models.streaming.policy import available_bytes, memory_need, should_stream, weights_bytes
+from gapprune.models.streaming.policy import (
+           auto_stream_warning,
+           available_bytes,
+           memory_need,
+           should_stream,
+           weights_bytes,
+)
 from gapprune.models.streaming.safetensors_io import (
            INDEX_FILE,
            folder_sources,
@@ -30,6 +36,6 @@ from gapprune.models.streaming.safetensors_io import (
 from gapprune.models.streaming.save import save_streamed
 from gapprune.models.streaming.streamer import LayerStreamer, is_streamed, open_streamed, streamer_of
 
-__all__ = ["INDEX_FILE", "LayerStreamer", "available_bytes", "folder_sources", "is_streamed", "memory_need",
+__all__ = ["INDEX_FILE", "LayerStreamer", "auto_stream_warning", "available_bytes", "folder_sources", "is_streamed", "memory_need",
            "open_streamed", "read_tensor", "save_streamed", "should_stream", "streamer_of", "weights_bytes",
            "write_safetensors"]

@@ -100,3 +100,12 @@ def memory_need(folder: str | Path, dtype: torch.dtype = torch.float32, tokens: 
     if device.startswith("cuda"):
         return on_device, device_free_bytes(device)
     return on_device + cache_bytes(folder, tokens), available_bytes()
+
+
+def auto_stream_warning(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> str:
+    """Why `auto` streams (the need against the free memory), what it costs, and how to keep the model whole."""
+    need, free = memory_need(folder, dtype, device=device)
+    return (f"offload auto: the run needs about {need / 2**30:.1f} GiB, over half of the {free / 2**30:.1f} GiB free, "
+            f"so the decoder layers of {folder} are read from disk one at a time and profiled exactly in one "
+            "layer-major pass (slower than in memory, where the auto profiler replays only the options that can "
+            "change the plan); free memory or pass --offload off to keep the model in memory")
