@@ -33,7 +33,9 @@ def test_one_component_pruned_alone_measures_its_table_entry(llama, token_ids, c
     width = 4 if component == "attn" else 128
     plan = next(p for p in (run.plan(r, "gap") for r in (0.3, 0.5, 0.7))
                 if any(len(lp.component(component).kept) < width for lp in p.layers))
-    layer = next(lp for lp in plan.layers if len(lp.component(component).kept) < width)
+    # the largest entry: far above float32's noise in a KL (a 2e-5 entry differs by ~1e-3 of itself across CPUs)
+    layer = max((lp for lp in plan.layers if len(lp.component(component).kept) < width),
+                key=lambda lp: lp.component(component).loss)
     single = keep_all_but(plan, layer.layer, component)
     check = PlanCheck.before_surgery(llama, single, token_ids, "kl")
     expected = layer.component(component).loss
