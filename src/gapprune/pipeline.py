@@ -160,7 +160,8 @@ def plan_from_allocation(adapter: ModelAdapter, profile: Profile, allocation: Al
         "achieved_ratio": round(removed / profile.total_params, 6),
         "decoder_params_before": decoder,
         "decoder_ratio": round(removed / decoder, 6),
-        "predicted_loss": allocation.predicted_loss(table),
+        # a cost-only table (an allocator that does not read ΔL) predicts nothing: None, not a sum of zeros
+        "predicted_loss": allocation.predicted_loss(table) if table.measured else None,
         "allocation_info": allocation.info,
         "emptied_layers": [lp.layer for lp in plan.layers if not lp.attn.kept and not lp.mlp.kept],
     }

@@ -107,6 +107,19 @@ def test_a_profile_folder_serves_other_ratios_and_allocators(tiny_model_folder, 
     assert "importance" not in json.loads((tmp_path / "owl" / "run.json").read_text())["phases"]
 
 
+def test_a_baseline_that_never_measured_dl_predicts_none_and_says_so(tiny_model_folder, tmp_path, cache, capsys):
+    folder, text = tiny_model_folder
+    assert main(prune_args(folder, text, tmp_path / "owl", "--allocator", "owl")) == 0
+    summary = json.loads((tmp_path / "owl" / "plan.json").read_text())["summary"]
+    printed = capsys.readouterr().out
+    assert summary["predicted_loss"] is None and summary["plan_check"]["predicted"] is None  # not a sum of zeros
+    assert "not predicted (owl does not read it), measured" in printed
+    assert "none (allocator `owl` does not read ΔL)" in (tmp_path / "owl" / "report.md").read_text()
+    assert main(prune_args(folder, text, tmp_path / "gap")) == 0  # a measured table: its sum is the prediction
+    assert json.loads((tmp_path / "gap" / "plan.json").read_text())["summary"]["predicted_loss"] > 0
+    assert "ΔL (kl) predicted " in capsys.readouterr().out
+
+
 def test_a_decoder_ratio_prunes_that_share_of_the_decoder_also_from_an_older_profile(tiny_model_folder, tmp_path,
                                                                                    cache):
     folder, text = tiny_model_folder

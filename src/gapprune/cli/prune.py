@@ -145,7 +145,9 @@ class PruneCommand:
                   f"(with them: {100 * s['achieved_ratio_with_added_biases']:.2f}% of the model)")
         if "measured_masked" in s.get("plan_check", {}):
             c = s["plan_check"]
-            print(f"ΔL ({c['metric']}) predicted {c['predicted']:.4f}, measured {c['measured_masked']:.4f} unfitted / "
+            predicted = (f"predicted {c['predicted']:.4f}" if c["predicted"] is not None
+                         else f"not predicted ({s['allocator']} does not read it)")
+            print(f"ΔL ({c['metric']}) {predicted}, measured {c['measured_masked']:.4f} unfitted / "
                   f"{c['measured_saved']:.4f} saved, on {c['windows']} held-out calibration windows")
         if s.get("emptied_layers"):
             print(f"{len(s['emptied_layers'])} of {len(plan.layers)} decoder layers emptied (no heads, no MLP "

@@ -32,6 +32,13 @@ def plan_check_lines(check: dict[str, Any] | None) -> list[str]:
     )]
 
 
+def predicted_line(summary: dict[str, Any]) -> str:
+    predicted = summary.get("predicted_loss")
+    if predicted is None:  # a baseline on a cost-only table: its ΔL were never measured
+        return f"- predicted summed ΔL: none (allocator `{summary.get('allocator')}` does not read ΔL)"
+    return f"- predicted summed ΔL: {predicted:.4f}"
+
+
 def added_bias_lines(summary: dict[str, Any]) -> list[str]:
     """The parameters compensation adds (output-projection biases): in the saved model, not in the ratio."""
     with_biases = summary.get("params_after_with_added_biases")
@@ -54,7 +61,7 @@ def render_report(plan: Plan, timings: dict[str, float], evaluation: list[dict[s
          f"{100 * s['decoder_ratio']:.2f}% of the decoder layers; "
          f"target {target(plan)})"),
         *added_bias_lines(s),
-        f"- predicted summed ΔL: {s.get('predicted_loss', float('nan')):.4f}",
+        predicted_line(s),
         *plan_check_lines(s.get("plan_check")),
         "",
     ]
