@@ -3,7 +3,8 @@
     GAPPRUNE_VLLM_PYTHON=.venv-vllm/bin/python GAPPRUNE_DATA=../shared/data \
         python benchmarks/code_skill.py --calibrations wikitext2,c4,self,code+wikitext2 --out docs/results/skills.json
 
-For each calibration the model is pruned with the CLI's defaults otherwise (`--ratio 0.25 --ratio-of decoder`;
+For each calibration the model is pruned with the CLI's defaults otherwise (`--ratio 0.25 --ratio-of decoder`,
+in memory, `--offload off`, as `auto` chooses on a machine with nothing else running;
 the calibration the CLI picks for this model unasked, `code`, is left out of its command) into
 `runs/qwen15-gap-25-<calibration>` (`--prune-options '--calib-samples 128'` adds options to every prune and their
 words to the folder's name), unless that folder's `run.json` already records the command; then
@@ -45,8 +46,10 @@ def prune_command(calibration: str, options: list[str]) -> list[str]:
     from gapprune.data.domain import default_calibration
 
     asked = [] if calibration == default_calibration(MODEL, None, code_available=True).calib else ["--calib", calibration]
+    # in memory whatever else the machine runs: `--offload auto` would stream the model when another process holds
+    # memory, and a streamed model is profiled by the exact layer-major profiler, not the in-memory default's
     return ["prune", MODEL, "--ratio", "0.25", "--ratio-of", "decoder", *asked, *options,
-            "--out", folder(calibration, options), "--overwrite", "--no-plots"]
+            "--offload", "off", "--out", folder(calibration, options), "--overwrite", "--no-plots"]
 
 
 def read_json_output(command: list[str]) -> Any:
