@@ -24,6 +24,7 @@ INSTALL_HINT = (
     "`.venv-vllm/bin/pip install --no-deps gapprune` (`-e .` from a checkout); pass --vllm-python "
     f".venv-vllm/bin/python or set ${VLLM_PYTHON_ENV}"
 )
+PROGRESS_FD_ENV = "GAPPRUNE_PROGRESS_FD"  # the worker draws its progress bars there: the caller's stderr
 SERVING_KV_CACHE_GIB = 4  # what serving measurements reserve: batch 64 of 600 tokens many times over
 SERVED_FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                    "Gemma3ForCausalLM")
@@ -117,17 +118,28 @@ def engine_env(kv_cache_gib: int, *, tensor_parallel: int = 1, in_process: bool 
     return env
 
 
+def _stderr_fd() -> int | None:
+    """The caller's stderr as a file descriptor a child can inherit (None where it has none, e.g. captured)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def run_job(env: VllmEnvironment, job: dict[str, Any], *, log: Path | None = None) -> Any:
     """Run one `vllm_worker` job (or `{"jobs": [...]}`, answered by a list) in the vLLM interpreter; its log
-    goes to `log` and its end is shown on failure."""
+    goes to `log` and its end is shown on failure, its progress bars (tasks with "progress") to our stderr."""
     with tempfile.TemporaryDirectory(prefix="gapprune-vllm-") as tmp:
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_file.write_text(json.dumps(job))
         log_file = log or Path(tmp) / "vllm.log"
+        progress = _stderr_fd()
+        child_env = {**os.environ, "PYTHONUNBUFFERED": "1",
+                     **({PROGRESS_FD_ENV: str(progress)} if progress is not None else {})}
         with open(log_file, "w") as sink:
             done = subprocess.run([env.python, "-m", "gapprune.serving.vllm_worker", str(job_file), str(out_file)],
-                                  stdout=sink, stderr=subprocess.STDOUT, check=False,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                  stdout=sink, stderr=subprocess.STDOUT, check=False, env=child_env,
+                                  pass_fds=() if progress is None else (progress,))
         if done.returncode != 0:
             tail = log_file.read_text()[-3000:]
             what = job.get("model") or [j["model"] for j in job["jobs"]]

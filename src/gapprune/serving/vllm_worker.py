@@ -9,7 +9,7 @@ A job: {"model": folder, "dtype": "float32", "enforce_eager": true, "max_model_l
         "tensor_parallel_size": int, "skip_tokenizer_init": bool, "load_format": "auto" | "dummy", "tasks": [task, ...]}, or {"jobs": [job, ...]}
 for several folders in one process; either may carry "env": {name: value} for vLLM's environment
 variables (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported. Tasks:
-    {"kind": "generate", "prompts": [[ids]], "max_tokens": int, "stop": [str]?}
+    {"kind": "generate", "prompts": [[ids]], "max_tokens": int, "stop": [str]?, "progress": bool?}
                                                                           -> {"tokens": [[ids]], "texts"?: [str]}
     {"kind": "prompt_logprobs", "windows": [[ids]]}                       -> {"logprobs": [[float]]}
     {"kind": "throughput", "batches": [int], "prompt": [ids], "new_tokens": int, "repeats": int}
@@ -45,13 +45,25 @@ def _prompts(ids: list[list[int]]) -> list[Any]:
     return [TokensPrompt(prompt_token_ids=list(p)) for p in ids]
 
 
+def _progress_bar(wanted: bool) -> Any:
+    """vLLM's bar drawn on the caller's stderr (`GAPPRUNE_PROGRESS_FD`) rather than in the log with the rest."""
+    fd = os.environ.get("GAPPRUNE_PROGRESS_FD")
+    if not wanted or fd is None:
+        return wanted
+    from functools import partial
+
+    from tqdm import tqdm
+
+    return partial(tqdm, file=os.fdopen(int(fd), "w", closefd=False))
+
+
 def generate(llm: Any, task: dict[str, Any]) -> dict[str, Any]:
     """Greedy continuations; with "stop" strings, also their text, cut before the first stop."""
     from vllm import SamplingParams
 
     stop = task.get("stop")
     params = SamplingParams(temperature=0.0, max_tokens=task["max_tokens"], stop=stop, detokenize=bool(stop))
-    outputs = llm.generate(_prompts(task["prompts"]), params, use_tqdm=task.get("progress", False))
+    outputs = llm.generate(_prompts(task["prompts"]), params, use_tqdm=_progress_bar(task.get("progress", False)))
     answer: dict[str, Any] = {"tokens": [list(o.outputs[0].token_ids) for o in outputs]}
     if stop:
         answer["texts"] = [o.outputs[0].text for o in outputs]
