@@ -113,6 +113,30 @@ def test_generation_pads_on_the_left_cuts_at_stops_and_keeps_problem_order(probl
     assert [ids[i][mask[i].bool()].tolist() for i in range(2)] == [tokens[p.task_id] for p in shortest]
 
 
+def sentencepiece_style_tokenizer(problems: list[Problem]):  # type: ignore[no-untyped-def]
+    """BPE behind a Metaspace pre-tokenizer and decoder, as Llama 2 / Mistral tokenizers are, trained offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.train_from_iterator([p.prompt + p.canonical_solution for p in problems],
+                            trainer=trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<eos>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+def test_a_completion_keeps_its_indentation_under_a_sentencepiece_tokenizer(problems: list[Problem]):
+    tokenizer = sentencepiece_style_tokenizer(problems)
+    answer = "    return []\n"
+    new = tokenizer(problems[0].prompt + answer, add_special_tokens=False)["input_ids"][
+        len(tokenizer(problems[0].prompt, add_special_tokens=False)["input_ids"]):]
+    assert tokenizer.decode(new) == answer[1:]  # decoded alone, the first space is lost
+    model = _Echo(tokenizer, answer)
+    completions = generate_completions(model, tokenizer, problems[:2], batch_size=2, progress=False)  # type: ignore[arg-type]
+    assert set(completions.values()) == {answer}
+
+
 def test_eval_routes_humaneval_to_this_scorer_and_writes_its_results(problems, tiny_model_folder, data_dir, tmp_path,
                                                                      monkeypatch, capsys):
     import json

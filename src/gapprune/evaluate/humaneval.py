@@ -189,6 +189,15 @@ def _left_padded(rows: list[list[int]], pad_id: int) -> tuple[list[list[int]], l
     return [[pad_id] * (width - len(r)) + r for r in rows], [[0] * (width - len(r)) + [1] * len(r) for r in rows]
 
 
+def continuation(tokenizer: PreTrainedTokenizerBase, prompt: list[int], new: list[int]) -> str:
+    """The text `new` adds after `prompt`, decoded in the prompt's context (as vLLM detokenizes): decoded alone, a
+    SentencePiece tokenizer (Llama 2, Mistral, Gemma) drops the first token's leading space, so a body indented by
+    four spaces would come back indented by three."""
+    before = tokenizer.decode(prompt, skip_special_tokens=True)
+    whole = tokenizer.decode(prompt + new, skip_special_tokens=True)
+    return whole[len(before):] if whole.startswith(before) else tokenizer.decode(new, skip_special_tokens=True)
+
+
 def generate_completions(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, problems: Sequence[Problem], *,
     style: str = "plain", max_new_tokens: int = 384, batch_size: int = 8, progress: bool = True,
@@ -224,9 +233,8 @@ def generate_completions(
                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id,
                 stop_strings=list(spec.stops), tokenizer=tokenizer,
             )  # (b, T + new)
-        texts = tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)
-        for problem, text in zip(batch, texts, strict=True):
-            completions[problem.task_id] = spec.extract(problem, text)
+        for problem, row in zip(batch, out[:, input_ids.shape[1] :].tolist(), strict=True):
+            completions[problem.task_id] = spec.extract(problem, continuation(tokenizer, encoded[problem.task_id], row))
         bar.update(len(batch))
     bar.close()
     return {p.task_id: completions[p.task_id] for p in problems}  # problem order
