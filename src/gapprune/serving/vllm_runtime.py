@@ -118,10 +118,11 @@ def engine_env(kv_cache_gib: int, *, tensor_parallel: int = 1, in_process: bool 
     return env
 
 
-def _stderr_fd() -> int | None:
-    """The caller's stderr as a file descriptor a child can inherit (None where it has none, e.g. captured)."""
+def _stderr_copy() -> int | None:
+    """A new descriptor on the caller's stderr for the worker to inherit: fd 2 itself would not do, the worker's
+    own stderr goes to the log (None where stderr has no descriptor)."""
     try:
-        return sys.stderr.fileno()
+        return os.dup(sys.stderr.fileno())
     except (AttributeError, OSError, ValueError):
         return None
 
@@ -133,13 +134,17 @@ def run_job(env: VllmEnvironment, job: dict[str, Any], *, log: Path | None = Non
         job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_file.write_text(json.dumps(job))
         log_file = log or Path(tmp) / "vllm.log"
-        progress = _stderr_fd()
+        progress = _stderr_copy()
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1",
                      **({PROGRESS_FD_ENV: str(progress)} if progress is not None else {})}
-        with open(log_file, "w") as sink:
-            done = subprocess.run([env.python, "-m", "gapprune.serving.vllm_worker", str(job_file), str(out_file)],
-                                  stdout=sink, stderr=subprocess.STDOUT, check=False, env=child_env,
-                                  pass_fds=() if progress is None else (progress,))
+        try:
+            with open(log_file, "w") as sink:
+                done = subprocess.run(
+                    [env.python, "-m", "gapprune.serving.vllm_worker", str(job_file), str(out_file)], stdout=sink,
+                    stderr=subprocess.STDOUT, check=False, env=child_env, pass_fds=() if progress is None else (progress,))
+        finally:
+            if progress is not None:
+                os.close(progress)
         if done.returncode != 0:
             tail = log_file.read_text()[-3000:]
             what = job.get("model") or [j["model"] for j in job["jobs"]]
