@@ -193,9 +193,9 @@ def continuation(tokenizer: PreTrainedTokenizerBase, prompt: list[int], new: lis
     """The text `new` adds after `prompt`, decoded in the prompt's context (as vLLM detokenizes): decoded alone, a
     SentencePiece tokenizer (Llama 2, Mistral, Gemma) drops the first token's leading space, so a body indented by
     four spaces would come back indented by three."""
-    before = tokenizer.decode(prompt, skip_special_tokens=True)
-    whole = tokenizer.decode(prompt + new, skip_special_tokens=True)
-    return whole[len(before):] if whole.startswith(before) else tokenizer.decode(new, skip_special_tokens=True)
+    before = str(tokenizer.decode(prompt, skip_special_tokens=True))
+    whole = str(tokenizer.decode(prompt + new, skip_special_tokens=True))
+    return whole[len(before):] if whole.startswith(before) else str(tokenizer.decode(new, skip_special_tokens=True))
 
 
 def generate_completions(
