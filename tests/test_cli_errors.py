@@ -213,6 +213,16 @@ def test_the_measuring_commands_check_their_text_before_loading(tiny_model_folde
     assert ("does not exist" in err or "has splits" in err) and len(err.strip().splitlines()) == 1
 
 
+def test_profile_does_not_offer_a_compensation_aware_table_it_cannot_measure(tiny_model_folder, tmp_path, capsys):
+    """A profile is measured uncompensated (its `compensate` is none), so `--compensation-aware`, which needs a
+    compensation, would always fail its config check; the flag is `prune`'s alone."""
+    folder, text = tiny_model_folder
+    with pytest.raises(SystemExit) as stopped:
+        main(["profile", str(folder), "--out", str(tmp_path / "p"), "--calib", str(text), "--compensation-aware"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --compensation-aware" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
 def test_a_profile_of_other_settings_is_refused_before_the_model_loads(tiny_model_folder, tmp_path, capsys,
                                                                        monkeypatch):
     import gapprune.api

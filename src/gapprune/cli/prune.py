@@ -187,7 +187,8 @@ class ProfileCommand:
     """gapprune profile MODEL --out DIR: measure scores, signals and the loss table once, for many prunes."""
 
     name = "profile"
-    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine", "tp")
+    # a profile is measured uncompensated; a compensation-aware table comes from `prune --compensation-aware`
+    not_profile_settings = ("ratio", "allocator", "compensate", "ridge", "refine", "tp", "compensation_aware")
 
     @staticmethod
     def add(sub: Any) -> None:
