@@ -3,7 +3,6 @@ reference taken before pruning, and a measurement of the pruned model against it
 
 from __future__ import annotations
 
-import os
 import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -46,15 +45,14 @@ class Runtime(ABC):
             raise ValueError(f"the {self.name} runtime counts {kinds}, not {budget.flag}; pick another --runtime")  # noqa: TRY004  (a usage error, as the CLI reports it)
 
     def costs(self, model_spec: str, profile_dir: str | None, timed: bool) -> RuntimeCosts:
-        """The model's cost table for these settings, cached in the profile folder (or under $GAPPRUNE_CACHE/costs)
+        """The model's cost table for these settings, cached in the profile folder (or under the cache folder's costs/)
         per machine; `timed` False measures memory formulas only."""
         from transformers import AutoConfig
 
         from gapprune.budgets.runner import cost_file, default_options
-        from gapprune.models.loading import resolve_model_source
+        from gapprune.models.loading import default_cache_dir, resolve_model_source
 
-        cache = Path(os.environ.get("GAPPRUNE_CACHE", Path.home() / ".cache" / "gapprune")) / "costs"
-        folder = Path(profile_dir) if profile_dir else cache / Path(model_spec).name
+        folder = Path(profile_dir) if profile_dir else default_cache_dir() / "costs" / Path(model_spec).name
         dims = ModelDims.from_config(AutoConfig.from_pretrained(resolve_model_source(model_spec)))
         key = {**cost_key(model_spec, self.settings, self.name), "timed": timed}
         options = default_options(dims)
