@@ -66,7 +66,19 @@ def tests(records: Records) -> str:
     shared = f"; {ci['shared']}" if ci.get("shared") else ""
     return (f"{duration(ci['wall_s'])} for `.ci/run` on a fresh clone ({ci['date']}, code {ci['code']}{vllm}{shared}), "
             f"{duration(ci['tests_s'])} of it the {ci['passed']} tests (`slow` real-model ones and mypy on `src/` "
-            f"included; {ci['deselected']} `gpu` and `network` ones deselected).\n")
+            f"included; {ci['deselected']} `gpu` and `network` ones deselected){other_machine(ci, records)}.\n")
+
+
+def other_machine(ci: dict, records: Records) -> str:
+    """Where the CI run's machine is not the main job's, which one it was and its prefill time, so that the
+    hardware line's scaling still applies to it."""
+    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
+                 kind="main_job")
+    processor = (job.get("run_machine") or job["machine"])["processor"]
+    if "processor" not in ci or ci["processor"] == processor:
+        return ""
+    prefill = f", where the prefill below reads {ci['prefill_ms']:.0f} ms" if "prefill_ms" in ci else ""
+    return f", on another machine ({ci['processor']}, {ci['cores']} cores{prefill})"
 
 
 def hardware(records: Records) -> str:

@@ -162,3 +162,13 @@ def test_a_skill_record_pruned_with_more_options_is_shown_beside_the_default_not
                                      humaneval("gap", 55, ["--calib-samples", "128"])]})
     assert "calibrated on code: HumanEval pass@1 51/164 (31.1%)" in line
     assert "; calibrated on code with `--calib-samples 128`: 55/164." in line
+
+
+def test_the_test_line_names_the_ci_machine_only_when_it_is_not_the_main_jobs():
+    job = {"kind": "main_job", "job": readme.MAIN_JOB, "machine": {"processor": "Intel Xeon", "cores": 2}}
+    ci = {"kind": "ci", "date": "2026-12-08", "code": "abc1234", "wall_s": 900.0, "tests_s": 800.0, "passed": 9,
+          "deselected": 1}
+    same = readme.tests({"main_job": [job, {**ci, "processor": "Intel Xeon", "cores": 2}]})
+    assert "another machine" not in same and "15 min 0 s" in same
+    other = readme.tests({"main_job": [job, {**ci, "processor": "AMD EPYC", "cores": 2, "prefill_ms": 812.4}]})
+    assert "on another machine (AMD EPYC, 2 cores, where the prefill below reads 812 ms)" in other
