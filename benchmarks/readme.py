@@ -47,16 +47,21 @@ def main_job(records: Records) -> str:
     job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
                  kind="main_job")
     phases, where = job["phases"], job.get("run_machine") or job["machine"]  # run.json's machine, or an older record's
-    # what scripts/setup.sh alone adds: a CI run that did not also set up vLLM's environment
-    setup = latest([r for r in records["main_job"] if "scripts/setup_vllm.sh" not in r.get("setup", [])], "a CI run",
-                   kind="ci")
+    # what scripts/setup.sh alone adds: a CI run that timed it, else one that did not also set up vLLM's environment
+    timed = [r for r in records["main_job"] if r.get("kind") == "ci" and "setup_sh_s" in r]
+    if timed:
+        setup_s = timed[-1]["setup_sh_s"]
+    else:
+        untimed = latest([r for r in records["main_job"] if "scripts/setup_vllm.sh" not in r.get("setup", [])],
+                         "a CI run", kind="ci")
+        setup_s = untimed["wall_s"] - untimed["tests_s"]
     return (
         f"    scripts/setup.sh && GAPPRUNE_DATA=${{GAPPRUNE_DATA:-../shared/data}} .venv/bin/gapprune {MAIN_JOB}\n\n"
         f"{duration(job['wall_s'])} on {where['cores']} cores ({where['processor']}, "
         f"{job['date']}): profiling {phases['profiling']:.0f} s, unit scoring {phases['importance']:.0f} s, surgery and "
         f"lsq {phases['surgery_and_compensation']:.0f} s, plan check {phases.get('plan_check', 0):.0f} s, the rest loading "
         f"and two 64-window evaluations; "
-        f"`scripts/setup.sh` adds about {duration(setup['wall_s'] - setup['tests_s'])}.\n"
+        f"`scripts/setup.sh` adds about {duration(setup_s)}.\n"
     )
 
 
@@ -90,13 +95,16 @@ def hardware(records: Records) -> str:
         prefill, where = latest(records["bench"], "a dense bench", model="smollm2-135m", batch=1)["prefill_ms"], "bench.json"
     text = (f"`gapprune bench smollm2-135m --batches 1` prints the prefill time of 512 tokens: {prefill:.0f} ms on the "
             f"machine above ({where}). Multiply the times above by yours ÷ {prefill:.0f} ms.")
-    if job.get("screen", {}).get("precision") == "bfloat16" and "amx_bf16" in job.get("cpu_flags", []):
-        pair = {r["precision"]: r["seconds"] for r in records["performance"]
-                if r.get("kind") == "screen_precision" and r["date"] == job["date"] and "amx_bf16" in r.get("cpu_flags", [])}
-        text += (" That machine has AMX, so the auto profiler's screen ran in bf16"
-                 + (f" ({pair['bfloat16']:.0f} s against {pair['float32']:.0f} s in float32, `screen_precision` records)"
-                    if {"bfloat16", "float32"} <= set(pair) else "")
-                 + "; without AMX or a GPU it runs in float32.")
+    amx = [r for r in records["performance"] if r.get("kind") == "screen_precision" and "amx_bf16" in r.get("cpu_flags", [])]
+    pair = {r["precision"]: r["seconds"] for r in amx if r["date"] == amx[-1]["date"]} if amx else {}
+    measured = (f" ({pair['bfloat16']:.0f} s against {pair['float32']:.0f} s in float32 on an AMX CPU, "
+                f"`screen_precision` records)") if {"bfloat16", "float32"} <= set(pair) else ""
+    screen = job.get("screen", {})
+    if screen.get("precision") == "bfloat16" and "amx_bf16" in job.get("cpu_flags", []):
+        text += f" That machine has AMX, so the auto profiler's screen ran in bf16{measured}; without AMX or a GPU it runs in float32."
+    elif screen.get("precision") == "float32" and "cpu_flags" in job and screen.get("wall_s"):
+        text += (f" That machine has no AMX, so the auto profiler's screen ran in float32 ({screen['wall_s']:.0f} s of "
+                 f"the profiling); a CPU with AMX or a GPU runs it in bf16{measured}.")
     return text + "\n"
 
 

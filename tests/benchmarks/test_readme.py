@@ -172,3 +172,16 @@ def test_the_test_line_names_the_ci_machine_only_when_it_is_not_the_main_jobs():
     assert "another machine" not in same and "15 min 0 s" in same
     other = readme.tests({"main_job": [job, {**ci, "processor": "AMD EPYC", "cores": 2, "prefill_ms": 812.4}]})
     assert "on another machine (AMD EPYC, 2 cores, where the prefill below reads 812 ms)" in other
+
+
+def test_the_hardware_line_says_which_screen_precision_the_machine_ran_and_what_amx_would_do():
+    job = {"kind": "main_job", "job": readme.MAIN_JOB, "prefill_ms": 1016.0, "cpu_flags": [],
+           "screen": {"precision": "float32", "wall_s": 90.0}}
+    amx = [{"kind": "screen_precision", "date": "2026-12-06", "precision": p, "seconds": s, "cpu_flags": ["amx_bf16"]}
+           for p, s in (("float32", 59.7), ("bfloat16", 34.6))]
+    line = readme.hardware({"main_job": [job], "performance": amx})
+    assert "yours ÷ 1016 ms" in line
+    assert "no AMX, so the auto profiler's screen ran in float32 (90 s" in line and "(35 s against 60 s" in line
+    with_amx = readme.hardware({"main_job": [{**job, "cpu_flags": ["amx_bf16"], "screen": {"precision": "bfloat16"}}],
+                                "performance": amx})
+    assert "That machine has AMX, so the auto profiler's screen ran in bf16 (35 s against 60 s" in with_amx
