@@ -43,9 +43,14 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
+def readme_job(records: Records) -> dict:
+    """The last timed run of the README's main job."""
+    return latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)],
+                  "the main job", kind="main_job")
+
+
 def main_job(records: Records) -> str:
-    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
-                 kind="main_job")
+    job = readme_job(records)
     phases, where = job["phases"], job.get("run_machine") or job["machine"]  # run.json's machine, or an older record's
     # what scripts/setup.sh alone adds: a CI run that timed it, else one that did not also set up vLLM's environment
     timed = [r for r in records["main_job"] if r.get("kind") == "ci" and "setup_sh_s" in r]
@@ -77,8 +82,7 @@ def tests(records: Records) -> str:
 def other_machine(ci: dict, records: Records) -> str:
     """Where the CI run's machine is not the main job's, which one it was and its prefill time, so that the
     hardware line's scaling still applies to it."""
-    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
-                 kind="main_job")
+    job = readme_job(records)
     processor = (job.get("run_machine") or job["machine"])["processor"]
     if "processor" not in ci or ci["processor"] == processor:
         return ""
@@ -87,8 +91,7 @@ def other_machine(ci: dict, records: Records) -> str:
 
 
 def hardware(records: Records) -> str:
-    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)], "the main job",
-                 kind="main_job")
+    job = readme_job(records)
     if "prefill_ms" in job:
         prefill, where = job["prefill_ms"], "measured beside the main job"
     else:
