@@ -43,10 +43,11 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{rest} s"
 
 
-def readme_job(records: Records) -> dict:
-    """The last timed run of the README's main job."""
-    return latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)],
-                  "the main job", kind="main_job")
+def readme_job(records: Records, having: str | None = None) -> dict:
+    """The last timed run of the README's main job (whose record has the field `having`, if given)."""
+    runs = [r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB)
+            and (having is None or having in r)]
+    return latest(runs, f"the main job's {having}" if having else "the main job", kind="main_job")
 
 
 def main_job(records: Records) -> str:
@@ -112,8 +113,7 @@ def hardware(records: Records) -> str:
 
 
 def main_job_output(records: Records) -> str:
-    job = latest([r for r in records["main_job"] if r.get("job", r.get("command", "")).endswith(MAIN_JOB) and "printed" in r],
-                 "the main job's printed lines", kind="main_job")
+    job = readme_job(records, having="printed")
     return "".join(f"    {line}\n" for line in job["printed"])
 
 
